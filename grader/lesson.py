@@ -215,7 +215,15 @@ def _scan_fence(lesson: Lesson, i: int, fence: re.Match[str], stack: list, where
     lines = lesson.lines
     marker = fence.group("fence")
     closing = re.compile(rf"^ {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}\s*$")
-    end = next((j for j in range(i + 1, len(lines)) if closing.match(lines[j])), None)
+    # A same-length fence with an info string inside the block means the author forgot to close it.
+    reopening = re.compile(rf"^ {{0,3}}{re.escape(marker)}(?!{re.escape(marker[0])})\s*\S")
+    end = None
+    for j in range(i + 1, len(lines)):
+        if closing.match(lines[j]):
+            end = j
+            break
+        if reopening.match(lines[j]):
+            break
     if end is None:
         raise SourceError(where, i + 1, "code fence opened here is never closed")
     info = fence.group("info")
@@ -234,7 +242,8 @@ def _scan_fence(lesson: Lesson, i: int, fence: re.Match[str], stack: list, where
             raise SourceError(where, i + 2, "'#|' cell options must be 'key: value' lines")
         role = options.get("course_role")
         if role is not None and role not in CELL_ROLES:
-            raise SourceError(where, i + 2, f"unknown course_role {role!r}; use one of {', '.join(CELL_ROLES)}")
+            at = next(k for k, opt in enumerate(option_lines) if opt.lstrip().startswith("course_role"))
+            raise SourceError(where, i + 2 + at, f"unknown course_role {role!r}; use one of {', '.join(CELL_ROLES)}")
         code = "\n".join(body[len(option_lines) :])
         in_answer = any(frame[3].get("course_role") == "answer" for frame in stack)
         label = options.get("label")
