@@ -1,0 +1,110 @@
+"""The command line that starts a student kernel inside a bubblewrap sandbox.
+
+The sandbox sees a read-only Python runtime and nothing else of the host: no course repo, no
+``solutions/``, no other submission, no home directory and no network. It runs as an unprivileged
+uid of its own, in its own PID namespace, under rlimits for memory, processes, file size and CPU.
+The grader reaches the kernel through unix sockets in ``ipc_dir``, the one host folder bound in.
+See docs/security.md for the threat model.
+"""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import sys
+import sysconfig
+import threading
+from pathlib import Path
+
+from .course import Limits
+from .errors import CourseError
+
+INSTALL_HINT = (
+    "student code runs only inside a bubblewrap sandbox, and bwrap was not found or cannot create "
+    "namespaces here. Install it with `apt-get install bubblewrap` (scripts/setup does this), "
+    "or pass --no-sandbox when grading code you trust."
+)
+
+# Each live kernel gets its own uid, so that an rlimit on processes in one kernel
+# (which Linux counts per uid) cannot starve another kernel of threads.
+_UID_BASE = 61000
+_uid_counter = itertools.count()
+_uid_lock = threading.Lock()
+
+
+def next_uid() -> int:
+    with _uid_lock:
+        return _UID_BASE + next(_uid_counter) % 2000
+
+
+def _runtime_paths() -> list[Path]:
+    """Folders the kernel needs to import Python, ipykernel and numpy: all read-only."""
+    paths = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.base_exec_prefix)}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        paths.add(Path(sysconfig.get_paths()[key]))
+    resolved = sorted({p.resolve() for p in paths if p.exists()})
+    # Drop paths already inside another bound path.
+    return [p for p in resolved if not any(p != q and q in p.parents for q in resolved)]
+
+
+def _parents(paths: list[Path]) -> list[Path]:
+    out: set[Path] = set()
+    for p in paths:
+        out.update(a for a in p.parents if a != Path("/"))
+    return sorted(out, key=lambda a: len(a.parts))
+
+
+def sandbox_prefix(ipc_dir: Path, limits: Limits, uid: int) -> list[str]:
+    """bwrap + setpriv + prlimit, ready to be followed by the kernel's own argv."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        raise CourseError(INSTALL_HINT)
+    runtime = [p for p in _runtime_paths() if not str(p).startswith("/usr/")]
+    cmd = [
+        bwrap,
+        "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+        "--die-with-parent", "--new-session",
+        "--ro-bind", "/usr", "/usr",
+        "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
+        "--proc", "/proc", "--dev", "/dev",
+        "--perms", "1777", "--size", str(limits.file_size_mb * 4 * 1024 * 1024), "--tmpfs", "/tmp",
+    ]
+    for parent in _parents(runtime + [ipc_dir]):
+        cmd += ["--perms", "0755", "--dir", str(parent)]
+    for path in runtime:
+        cmd += ["--ro-bind", str(path), str(path)]
+    cmd += ["--bind", str(ipc_dir), str(ipc_dir), "--chdir", "/tmp", "--clearenv"]
+    env = {
+        "HOME": "/tmp", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "IPYTHONDIR": "/tmp/.ipython",
+        "MPLBACKEND": "Agg", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
+        "JUPYTER_PLATFORM_DIRS": "1", "JUPYTER_RUNTIME_DIR": "/tmp/.jupyter",
+    }
+    for key, value in env.items():
+        cmd += ["--setenv", key, value]
+    cmd += ["--", "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    cmd += [
+        "prlimit",
+        f"--as={limits.memory_mb * 1024 * 1024}",
+        f"--nproc={limits.max_processes}",
+        f"--fsize={limits.file_size_mb * 1024 * 1024}",
+        f"--cpu={limits.cpu_seconds}",
+        "--core=0",
+        "--",
+    ]
+    return cmd
+
+
+def check_available() -> None:
+    """Fail with the install hint unless a trivial sandbox starts here."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            cmd = sandbox_prefix(Path(tmp), Limits(), next_uid()) + [sys.executable, "-c", "pass"]
+            proc = subprocess.run(cmd, capture_output=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            raise CourseError(INSTALL_HINT) from None
+        if proc.returncode != 0:
+            detail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
+            raise CourseError(f"{INSTALL_HINT} (bwrap said: {detail[0]})")
