@@ -73,9 +73,12 @@ def __course_call__(name, payload):
         if fn is None or not callable(fn):
             return _json.dumps({"missing": name})
         value = fn(*_decode(req["args"]), **_decode(req["kwargs"]))
-        return _json.dumps({"ok": _plain(value)})
     except BaseException as exc:
         return _json.dumps({"error": type(exc).__name__, "blank": "______" in str(exc)})
+    try:
+        return _json.dumps({"ok": _plain(value)})
+    except BaseException:
+        return _json.dumps({"unsupported": True})
 '''
 
 
@@ -297,6 +300,8 @@ def _parse_result(reply: dict[str, Any], function: str) -> Any:
         return data["ok"]
     if "missing" in data:
         raise StudentCallError("missing", function)
+    if "unsupported" in data:
+        raise StudentCallError("bad-result", function)
     if data.get("blank") is True:
         raise StudentCallError("blank", function)
     name = data.get("error")

@@ -109,12 +109,13 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
     if _QUESTION_END.search(stripped) or _QUESTION_CUES.search(text) or _A_NOT_A.search(_mask(text, _FALSE_CUES)):
         return "question", ()
     regions: list[tuple[int, int, str]] = []
+    refutations = list(_REFUTATION.finditer(text))
     for m in _REPORTED.finditer(text):
-        c = _CONTRAST.search(text, m.end())
-        regions.append((m.start(), c.start() if c else len(text), "reported"))
+        ends = [c.start() for c in _CONTRAST.finditer(text, m.end())] + [r.start() for r in refutations if r.start() >= m.end()]
+        regions.append((m.start(), min(ends, default=len(text)), "reported"))
     if _REFUTATION_START.search(next_text):
         return "refuted", ()
-    for m in _REFUTATION.finditer(text):
+    for m in refutations:
         c = None
         for c in _CONTRAST.finditer(text, 0, m.start()):
             pass

@@ -1,0 +1,343 @@
+"""Hostile submissions of lesson 4. Each must earn no more than its honest content, finish within the
+limits, and leave a clear message; the grader and the rest of the batch carry on.
+
+The code under attack is either the untouched exercise (honest score 0 on code) or a wrong solution
+whose honest score is measured first, so "no more than honest" is checked, not assumed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from grader.course import load_course
+from grader.grade import Grader
+from grader.kernel import KernelSession, RunReport
+
+from helpers import REPO, item, reference_code, submission
+
+COURSE = load_course(REPO)
+LIMITS = dataclasses.replace(COURSE.limits, cell_timeout_s=3, submission_timeout_s=12, output_bytes_per_cell=20_000,
+                             output_bytes_total=50_000, memory_mb=768, max_processes=48)
+FAST = dataclasses.replace(COURSE, limits=LIMITS)
+BLANK = next(c for c in COURSE.lessons["lesson04"].exercises).code
+# A wrong but honest attempt: bucket order ignored, no overlap modelled.
+WRONG = """
+def bucket_gradients(grads, bucket_bytes):
+    return [[name] for name, _ in grads]
+
+def simulate_dp_step(layer_backward_s, bucket_comm_s, overlap):
+    return float(sum(layer_backward_s) + sum(bucket_comm_s))
+
+def gbs_tokens(mbs, grad_acc, dp, seq):
+    return 0
+"""
+
+
+@pytest.fixture(scope="module")
+def grader():
+    g = Grader(FAST, sandbox=True)
+    yield g
+    g.close()
+
+
+@pytest.fixture(scope="module")
+def honest_wrong(grader):
+    return item(grader.grade_bytes(submission(COURSE, code=WRONG), "honest.ipynb"), "code")["points"]
+
+
+def grade(grader, code, **kw):
+    start = time.monotonic()
+    result = grader.grade_bytes(submission(COURSE, code=code, **kw), "attack.ipynb")
+    elapsed = time.monotonic() - start
+    assert elapsed < LIMITS.submission_timeout_s + 5, f"took {elapsed:.1f}s"
+    return result
+
+
+def code_points(result):
+    return item(result, "code")["points"]
+
+
+def messages(result):
+    return " ".join(item(result, "code")["messages"]) + " ".join(result["errors"])
+
+
+# --- reading what it should not --------------------------------------------------------------
+def test_reading_the_course_repo_fails(grader):
+    attack = f"""
+import re
+src = open({str(REPO / 'lessons/lesson04.qmd')!r}, encoding='utf-8').read()
+code = re.search(r"#\\| solves: ex-dp\\n(.*?)```", src, re.S).group(1)
+exec(code)
+"""
+    r = grade(grader, BLANK + attack)
+    assert code_points(r) == 0 and "FileNotFoundError" in messages(r)
+
+
+def test_nothing_of_the_host_is_visible_from_a_kernel():
+    session = KernelSession(LIMITS, sandbox=True)
+    session.start()
+    try:
+        report = RunReport()
+        session.run_cells([("probe", """
+import os
+def probe(paths):
+    out = {}
+    for p in paths:
+        try:
+            with open(p, 'rb') as fh:
+                out[p] = 'read %d bytes' % len(fh.read(10))
+        except Exception as e:
+            out[p] = type(e).__name__
+    return {'root': sorted(os.listdir('/')), 'files': out, 'uid': os.getuid(), 'pid': os.getpid()}
+""")], report)
+        targets = [str(REPO / "solutions/lesson04/checks.py"), str(REPO / "solutions/lesson04/rubric.yml"),
+                   str(REPO / "pyproject.toml"), "/root/.bashrc", "/etc/passwd", "/etc/shadow"]
+        got = session.call("probe", [targets], {})
+    finally:
+        session.close()
+    assert got["uid"] != 0 and got["pid"] < 10  # unprivileged, own PID namespace
+    assert all(v in ("FileNotFoundError", "PermissionError") for v in got["files"].values()), got["files"]
+    assert "etc" not in got["root"] and "home" not in got["root"]
+
+
+# --- network ---------------------------------------------------------------------------------
+def _local_addresses() -> list[str]:
+    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
+    return [a for a in out if ":" not in a] + ["127.0.0.1"]
+
+
+def test_no_network_to_loopback_or_host_addresses():
+    listener = socket.socket()
+    listener.bind(("0.0.0.0", 0))
+    listener.listen(5)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    accepted: list[object] = []
+
+    def accept():
+        end = time.monotonic() + 8
+        while time.monotonic() < end:
+            try:
+                accepted.append(listener.accept())
+            except OSError:
+                pass
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    session = KernelSession(LIMITS, sandbox=True)
+    session.start()
+    try:
+        session.run_cells([("net", """
+import socket
+def connect(hosts, port):
+    out = {}
+    for h in hosts:
+        try:
+            socket.create_connection((h, port), timeout=1).close()
+            out[h] = 'connected'
+        except OSError as e:
+            out[h] = type(e).__name__
+    return out
+""")], RunReport())
+        got = session.call("connect", [_local_addresses(), port], {})
+    finally:
+        session.close()
+        t.join()
+        listener.close()
+    assert accepted == [] and "connected" not in got.values(), got
+
+
+# --- resources -------------------------------------------------------------------------------
+def test_infinite_loop_times_out(grader):
+    r = grade(grader, BLANK + "\nwhile True:\n    pass\n")
+    assert code_points(r) == 0 and "超时" in messages(r)
+
+
+def test_sleep_forever_times_out(grader):
+    r = grade(grader, BLANK + "\nimport time\ntime.sleep(10**6)\n")
+    assert code_points(r) == 0 and "超时" in messages(r)
+
+
+def test_slow_functions_hit_the_submission_limit(grader):
+    slow = reference_code(COURSE).replace('    """以 token 计', '    import time; time.sleep(2.5)\n    """以 token 计')
+    slow = slow.replace("    if not overlap:", "    import time; time.sleep(2.5)\n    if not overlap:")
+    r = grade(grader, slow)
+    assert code_points(r) < 4 and ("超时" in messages(r) or "内核已停止" in messages(r))
+
+
+def test_memory_fork_and_disk_bombs_leave_the_batch_intact(tmp_path):
+    from grader.batch import grade_many
+
+    bombs = {
+        "memory": "\nhog = []\nwhile True:\n    hog.append(bytearray(50 * 1024 * 1024))\n",
+        "fork": "\nimport os\nwhile True:\n    os.fork()\n",
+        "disk": "\nwith open('/tmp/fill', 'wb') as fh:\n    while True:\n        fh.write(b'x' * 1024 * 1024)\n",
+    }
+    paths = []
+    for name, bomb in bombs.items():
+        p = tmp_path / f"{name}.ipynb"
+        p.write_bytes(submission(COURSE, code=BLANK + bomb))
+        paths.append(p)
+    ref = tmp_path / "reference.ipynb"
+    ref.write_bytes(submission(COURSE))
+    paths.append(ref)
+    start = time.monotonic()
+    results = grade_many(FAST, paths, jobs=2, sandbox=True, progress=False)
+    assert time.monotonic() - start < 4 * (LIMITS.submission_timeout_s + 5)
+    assert [code_points(r) for r in results[:3]] == [0, 0, 0]
+    assert all(messages(r) for r in results[:3])
+    assert results[3]["total"] == 10 and results[3]["passed"]
+    assert subprocess.run(["true"], timeout=5).returncode == 0  # the machine still runs things
+
+
+def test_processes_and_threads_do_not_outlive_the_submission(grader):
+    marker = "course-attack-marker-31337"
+    attack = BLANK + f"""
+import subprocess, threading, time
+subprocess.Popen(['/bin/sh', '-c', 'exec -a {marker} sleep 1000'])
+def spin():
+    while True:
+        time.sleep(0.01)
+threading.Thread(target=spin, daemon=False).start()
+"""
+    r = grade(grader, attack)
+    assert code_points(r) == 0
+    time.sleep(0.5)
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert marker not in ps
+
+
+@pytest.mark.parametrize("attack, words", [
+    ("import os\nos._exit(0)\n", "内核退出"),
+    ("import sys\nsys.exit(0)\n", ""),
+    ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", "PermissionError"),
+    ("import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n    signal.signal(s, signal.SIG_IGN)\n", ""),
+    ("import sys\nsys.setrecursionlimit(10**6)\ndef f(n):\n    return f(n + 1)\nf(0)\n", ""),
+])
+def test_killing_exiting_and_crashing(grader, attack, words):
+    r = grade(grader, BLANK + "\n" + attack)
+    assert code_points(r) == 0 and words in messages(r)
+
+
+def test_output_flood_is_capped(grader):
+    r = grade(grader, BLANK + "\nfor _ in range(200):\n    print('x' * 100_000)\n")
+    assert code_points(r) == 0 and "输出过多" in messages(r)
+
+
+# --- forging results -------------------------------------------------------------------------
+def test_printing_fake_results_gains_nothing(grader, honest_wrong):
+    fake = json.dumps({"total": 10, "passed": True, "items": [{"id": "code", "points": 4}]})
+    attack = WRONG + f"""
+print({fake!r})
+print('{{"ok": [[\\"d\\"], [\\"c\\", \\"b\\"], [\\"a\\"]]}}')
+def _say(*a, **k):
+    print({fake!r})
+    return 0
+gbs_tokens = _say
+"""
+    r = grade(grader, attack)
+    assert code_points(r) <= honest_wrong and r["total"] < 10
+
+
+@pytest.mark.parametrize("patch", [
+    "import numpy\nnumpy.allclose = lambda *a, **k: True\nnumpy.isclose = lambda *a, **k: True\n",
+    "import builtins, math\nbuiltins.isinstance = lambda *a: True\nbuiltins.len = lambda x: 0\nmath.isclose = lambda *a, **k: True\n",
+    "import json\n_real = json.dumps\njson.dumps = lambda obj, *a, **k: _real({'ok': 0})\njson.loads = lambda s, *a, **k: {'args': [], 'kwargs': {}}\n",
+    "from IPython.core.interactiveshell import InteractiveShell\nInteractiveShell.showtraceback = lambda *a, **k: None\nInteractiveShell.showsyntaxerror = lambda *a, **k: None\n",
+])
+def test_patching_what_tests_rely_on_gains_nothing(grader, honest_wrong, patch):
+    r = grade(grader, WRONG + "\n" + patch)
+    assert code_points(r) <= honest_wrong
+
+
+HOSTILE_OBJECTS = """
+class Liar(list):
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    def __len__(self): raise SystemExit
+    def __iter__(self): raise SystemExit
+    def __repr__(self): return "[['d'], ['c', 'b'], ['a']]"
+    def __del__(self): print('{"total": 10}')
+    def __reduce__(self): return (print, ('pwned',))
+class Num(float):
+    def __eq__(self, other): return True
+def bucket_gradients(grads, bucket_bytes):
+    return Liar()
+def simulate_dp_step(layer_backward_s, bucket_comm_s, overlap):
+    return Num(0)
+def gbs_tokens(mbs, grad_acc, dp, seq):
+    return Liar()
+"""
+
+
+def test_hostile_return_values_gain_nothing(grader):
+    r = grade(grader, HOSTILE_OBJECTS)
+    assert code_points(r) == 0 and "不是本题要求的普通数据" in messages(r)
+
+
+# --- files, tags, ids, kernelspecs ------------------------------------------------------------
+def test_writing_where_results_go_has_no_effect(grader, tmp_path):
+    target = tmp_path / "result.json"
+    attack = BLANK + f"""
+import os
+for p in [{str(target)!r}, {str(REPO / 'examples/submissions/lesson04/reference.ipynb')!r}]:
+    try:
+        open(p, 'w').write('{{"total": 10, "passed": true}}')
+    except OSError:
+        pass
+"""
+    before = (REPO / "examples/submissions/lesson04/reference.ipynb").read_bytes()
+    r = grade(grader, attack)
+    assert code_points(r) == 0 and not target.exists()
+    assert (REPO / "examples/submissions/lesson04/reference.ipynb").read_bytes() == before
+
+
+def test_skip_execution_tag_and_foreign_kernelspec_are_ignored(grader):
+    def tamper(nb):
+        nb.metadata["kernelspec"] = {"name": "bash", "display_name": "Bash", "language": "bash"}
+        for cell in nb.cells:
+            cell.metadata.setdefault("tags", []).append("skip-execution")
+            cell.metadata["nbgrader"] = {"grade": True, "points": 100}
+            cell.outputs = [] if cell.cell_type == "code" else None
+            if cell.outputs is None:
+                del cell["outputs"]
+    r = grader.grade_bytes(submission(COURSE, mutate=tamper), "tags.ipynb")
+    assert r["total"] == 10  # the reference code still runs in python3, tags and extra metadata ignored
+    r = grader.grade_bytes(submission(COURSE, code=BLANK, mutate=tamper), "tags-blank.ipynb")
+    assert code_points(r) == 0
+
+
+def test_exercise_id_swapped_with_another_cell(grader):
+    def swap(nb):
+        ex = next(c for c in nb.cells if c.id == "ex-dp")
+        q1 = next(c for c in nb.cells if c.id == "q1")
+        ex.metadata["course"]["id"], q1.metadata["course"]["id"] = "q1", "ex-dp"
+        ex.id, q1.id = "q1", "ex-dp"
+    r = grader.grade_bytes(submission(COURSE, mutate=swap), "swap.ipynb")
+    assert code_points(r) == 0 and item(r, "q1")["points"] == 0
+    assert "类型或角色被改动" in messages(r)
+
+
+def test_sandbox_off_is_recorded():
+    g = Grader(FAST, sandbox=False)
+    try:
+        r = g.grade_bytes(submission(COURSE), "trusted.ipynb")
+    finally:
+        g.close()
+    assert r["total"] == 10 and r["sandbox"] is False and any("--no-sandbox" in e for e in r["errors"])
+
+
+def test_grade_refuses_without_bubblewrap(tmp_path):
+    env = dict(os.environ, PATH=str(tmp_path))  # no bwrap on PATH
+    proc = subprocess.run([sys.executable, "-m", "grader.cli", "--root", str(REPO), "grade", str(REPO / "examples/submissions/lesson04/reference.ipynb")],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and "apt-get install bubblewrap" in proc.stderr and "--no-sandbox" in proc.stderr

@@ -1,0 +1,102 @@
+"""The keyword rubric and the veto checker: every lesson's veto examples, negation and sentence status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader.course import load_course
+from grader.errors import SourceError
+from grader.rubric import load_rubric, negated, score_answer, split_sentences
+
+from helpers import REPO
+
+COURSE = load_course(REPO)
+RUBRICS = {slug: load_rubric(COURSE.solutions_dir(slug) / "rubric.yml", slug) for slug in COURSE.lessons}
+EXAMPLES = [(slug, v.id, kind, text) for slug, r in RUBRICS.items() for v in r.vetoes
+            for kind, texts in (("fire", v.fire), ("keep", v.keep)) for text in texts]
+
+
+def test_every_veto_has_enough_examples():
+    for slug, rubric in RUBRICS.items():
+        assert len(rubric.vetoes) >= 3, slug
+        for v in rubric.vetoes:
+            assert len(v.fire) >= 5 and len(v.keep) >= 5, (slug, v.id)
+
+
+@pytest.mark.parametrize("slug, veto_id, kind, text", EXAMPLES, ids=[f"{s}-{v}-{k}-{i}" for i, (s, v, k, _) in enumerate(EXAMPLES)])
+def test_veto_example(slug, veto_id, kind, text):
+    rubric = RUBRICS[slug]
+    veto = next(v for v in rubric.vetoes if v.id == veto_id)
+    fired = {q: [v.id for v, _ in score_answer(rubric, q, text).vetoes] for q in veto.questions}
+    if kind == "fire":
+        assert any(veto_id in ids for ids in fired.values()), f"should fire: {text}"
+    else:
+        assert not any(veto_id in ids for ids in fired.values()), f"should not fire: {text}"
+
+
+def test_fired_veto_carries_sentence_and_suppressed_carry_reason():
+    rubric = RUBRICS["lesson04"]
+    text = "有人认为 DP 能降低每卡显存，这是错误的。但是 dp=8 时每卡只存 1/8 的参数。"
+    res = score_answer(rubric, "q3", text)
+    assert [(v.id, e.sentence) for v, e in res.vetoes] == [("dp-cuts-memory", "但是 dp=8 时每卡只存 1/8 的参数。")]
+    res = score_answer(rubric, "q3", "有人认为 DP 能降低每卡显存，这是错误的。")
+    assert res.vetoes == [] and [(v.id, why) for v, _, why in res.suppressed] == [("dp-cuts-memory", "reported")]
+
+
+@pytest.mark.parametrize("text, word, expected", [
+    ("DP 并不能降低每卡显存", "降低", True),
+    ("DP 能降低每卡显存", "降低", False),
+    ("DP 解决不了显存问题", "解决", True),
+    ("DP 不能解决模型放不下的问题", "解决", True),
+    ("不是不能降低", "降低", False),
+    ("区别在于 DP 降低显存", "降低", False),
+    ("不仅降低了通信", "降低", False),
+    ("DP 不会因为增大 dp 而减少显存", "减少", True),
+    ("no_sync 会改变结果", "改变", False),
+    ("it does not reduce memory", "reduce", True),
+])
+def test_negation(text, word, expected):
+    s = split_sentences(text)[0].text
+    start = s.index(word)
+    assert negated(s, start, start + len(word)) is expected
+
+
+@pytest.mark.parametrize("text, status", [
+    ("DP 能不能降低显存？", "question"),
+    ("DP 会降低显存吗", "question"),
+    ("如果用 ZeRO，每卡显存会降低。", "hedged"),
+    ("DP 降低显存。这种说法是错的。", "refuted"),
+    ("DP 不降低显存。", "asserted"),
+])
+def test_sentence_status(text, status):
+    assert split_sentences(text)[0].status == status
+
+
+def test_text_after_refutation_earns_key_points():
+    rubric = RUBRICS["lesson04"]
+    text = "有人说结果会不同，这是错误的，梯度求和满足结合律，所以结果相同。"
+    res = score_answer(rubric, "q2", text)
+    assert "sum-is-associative" in [k.id for k, _ in res.found] and res.vetoes == []
+
+
+def test_negated_key_point_earns_nothing():
+    rubric = RUBRICS["lesson04"]
+    assert "factor-independent-of-dp" in [k.id for k, _ in score_answer(rubric, "q2", "这个倍数与 dp 无关。").found]
+    assert "factor-independent-of-dp" not in [k.id for k, _ in score_answer(rubric, "q2", "这个倍数与 dp 有关。").found]
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ("questions: {}\n", "question q1 needs a 'key_points:' list"),
+    ("lexicon: {a: [x]}\nquestions:\n  q1:\n    key_points:\n      - id: k\n        points: 2\n        any: [{head: '@nope'}]\n", "unknown lexicon entry '@nope'"),
+    ("questions:\n  q1:\n    key_points:\n      - id: k\n        points: 1\n        any: [{head: x}]\n", "add up to 1, not 2"),
+    ("questions:\n  q1:\n    key_points:\n      - id: k\n        points: 2\n        any: [{head: '(unclosed'}]\n", "invalid regular expression"),
+    ("questions: [\n", "invalid YAML"),
+])
+def test_malformed_rubric_is_located(tmp_path: Path, body, fragment):
+    path = tmp_path / "rubric.yml"
+    path.write_text(body, encoding="utf-8")
+    with pytest.raises(SourceError) as info:
+        load_rubric(path, "solutions/lesson09/rubric.yml")
+    assert fragment in str(info.value) and str(info.value).startswith("solutions/lesson09/rubric.yml")
