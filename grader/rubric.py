@@ -381,7 +381,7 @@ def _match(p: Pattern, sentences: list[Sentence], i: int, allowed: tuple[str, ..
         own = [g.search(s.text, lo, hi) for g in p.groups]
         if not all(m is not None or (not p.clause and g.search(scope)) for g, m in zip(p.groups, own)):
             continue
-        masks = tuple(m.span() for m in own if m is not None)
+        masks = tuple(m.span() for g in p.groups for m in g.finditer(s.text))
         if p.span is not None:
             spans = [h.span()] + [min((m.span() for m in g.finditer(s.text)), key=lambda sp: abs(sp[0] - h.start()), default=h.span()) for g in p.groups]
             if max(e for _, e in spans) - min(b for b, _ in spans) > p.span:
