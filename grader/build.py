@@ -7,7 +7,6 @@ before anything else sees it. Nothing from ``solutions/``, ``grader/`` or ``test
 
 from __future__ import annotations
 
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +36,10 @@ def lesson_source(lesson: Lesson, show_answers: bool) -> str:
             lines[block.line - 1] = _REVEALED_OPENING
         else:
             del lines[block.line - 1 : block.end_line]
-    text = "\n".join(lines)
-    return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
+            at = block.line - 1  # keep a single blank line where the block was
+            while 0 < at < len(lines) and not lines[at].strip() and not lines[at - 1].strip():
+                del lines[at]
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def _site_files(root: Path, tree: str) -> list[Path]:
