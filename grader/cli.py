@@ -109,6 +109,25 @@ def cmd_rubric(args: argparse.Namespace) -> int:
     return 2 if bad else 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from .sandbox import check_available
+    from .selfcheck import check_course
+
+    course = _course(args)
+    slugs = args.lessons or sorted(course.lessons)
+    for slug in slugs:
+        course.lesson(slug)
+    if not args.no_sandbox:
+        check_available()
+    failed = 0
+    for slug, (problems, seconds) in check_course(course, slugs, sandbox=not args.no_sandbox).items():
+        failed += bool(problems)
+        print(f"{slug}: {'FAIL' if problems else 'ok'} (reference graded in {seconds:.2f} s)")
+        for p in problems:
+            print(f"  - {p}")
+    return 1 if failed else 0
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="course", description="Build, publish and grade the course.")
     parser.add_argument("--root", default=".", help="course root, the folder holding _quarto.yml (default: .)")
@@ -138,6 +157,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--overrides", metavar="FILE", help="instructor overrides (YAML), see docs/grading.md")
     p.add_argument("--no-sandbox", action="store_true", help="run student code without bubblewrap (trusted code only)")
     p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("check", help="check lessons end to end: reference 10/10, untouched 0, rubric examples")
+    p.add_argument("lessons", nargs="*", help="lesson slugs (default: all)")
+    p.add_argument("--no-sandbox", action="store_true", help="run without bubblewrap")
+    p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("rubric", help="try a lesson's rubric on sample answers (JSON lines)")
     p.add_argument("lesson", help="lesson slug, e.g. lesson04")
