@@ -1,7 +1,8 @@
 """Rubric accuracy of lesson 4 on three answer sets, kept apart so that overfitting stays visible.
 
 - tuning: the veto examples inside rubric.yml (also run as tests);
-- dev: bench/data/lesson04_dev.jsonl, misconception paraphrases written to tune the vetoes on;
+- dev: bench/data/lesson04_dev*.jsonl, misconception paraphrases and full answers written to tune
+  the vetoes on;
 - held-out: bench/data/lesson04_heldout.jsonl, labelled answers written before the rubric existed
   and never used for tuning. Only its aggregate figures are printed.
 
@@ -66,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     rubric = load_rubric(ROOT / "solutions/lesson04/rubric.yml", "solutions/lesson04/rubric.yml")
     tuned = tuning_set(rubric)
-    dev = evaluate(rubric, _read("lesson04_dev.jsonl"), args.show_dev_errors)
+    dev = evaluate(rubric, _read("lesson04_dev.jsonl") + _read("lesson04_dev2.jsonl"), args.show_dev_errors)
     held = evaluate(rubric, _read("lesson04_heldout.jsonl"))
     print("lesson04 rubric accuracy            precision  recall")
     print(f"  tuning examples (rubric.yml)      {tuned['veto_precision']:.3f}      {tuned['veto_recall']:.3f}")

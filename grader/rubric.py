@@ -40,8 +40,9 @@ _TERMINATORS = re.compile(r"但是|但|然而|而是|可是|却|所以|因此|�
 _QUESTION_END = re.compile(r"(?:吗|么|呢)\s*[?？]?\s*$|[?？]\s*$")
 _QUESTION_CUES = re.compile(r"是否|难道|whether")
 _REPORTED = re.compile(
-    r"有人(?:认为|说|以为|觉得|主张|声称)|(?:很多|不少|许多|一些|常有)人(?:认为|以为|觉得|说|误以为)|误以为|误认为|错误地认为|"
-    r"以为|所谓|据说|听说|(?:一种|常见的?|典型的?)(?:误解|错误观点|错误说法|说法|看法)(?:是|认为)?|some people (?:think|say|believe)"
+    r"有人(?:认为|说|以为|觉得|主张|声称)|(?:很多|不少|许多|一些|常有)(?:人|博客|文章|资料)?(?:认为|以为|觉得|说|误以为|宣称|声称)|误以为|误认为|错误地认为|"
+    r"以为|所谓|据说|听说|宣称|声称|号称|(?:有|一些|很多|不少)?(?:同学|朋友|老师|助教|网友)(?:说|认为|以为|觉得)|(?:直觉上|乍看|表面上|容易)(?:会)?(?:觉得|以为|认为)|会觉得|"
+    r"(?:一种|常见的?|典型的?)(?:误解|错误观点|错误说法|说法|看法)(?:是|认为)?|some people (?:think|say|believe)"
 )
 _CONTRAST = re.compile(r"但是|但|然而|可是|实际上|其实|事实上|而是|however|actually")
 _REFUTATION = re.compile(
@@ -49,8 +50,11 @@ _REFUTATION = re.compile(
     r"|(?:是|属于)(?:一种|一个)?(?:完全)?(?:错误的?|错的|误解|误区|不对的?|不正确的?)(?:说法|观点|理解|看法)?(?=[,:;。!?]|$)"
     r"|并非如此|其实不然|事实并非如此|that'?s wrong|is wrong"
 )
-_REFUTATION_START = re.compile(r"^(?:但|但是|然而|可是|其实)?(?:这|此|该|这种|这个|这一|这样的?)(?:说法|观点|理解|看法|想法)?(?:是|属于|并)?(?:一种|一个)?(?:完全)?(?:错误|错|误解|误区|不对|不正确|不成立)|^(?:其实不然|并非如此|事实并非如此|不对|错)")
-_HEDGES = re.compile(r"可能|也许|或许|如果|假如|假设|若|要是|万一|倘若|if\b|maybe|might")
+_REFUTATION_START = re.compile(
+    r"^(?:但|但是|然而|可是|其实)?(?:这|此|该|这种|这个|这一|这样的?)(?:说法|观点|理解|看法|想法)?(?:是|属于|并)?(?:一种|一个)?(?:完全)?(?:错误|错|误解|误区|不对|不正确|不成立)"
+    r"|^(?:其实不然|并非如此|事实并非如此|不对|错)|^(?:但|但是|然而|可是)?(?:其实|实际上|事实上)(?:并)?(?:不会|不是|不对|不然|没有|不成立)"
+)
+_HEDGES = re.compile(r"可能|也许|或许|如果|假如|假设|若|要是|万一|倘若|好像|似乎|乍一看|if\b|maybe|might")
 _HEDGE_FALSE = ["不可能", "尽可能", "若干"]
 _SENTENCE_END = re.compile(r"[。!?;\n]+|\.(?=\s|$)")
 _CLAUSE_END = re.compile(r"[,:，：]")
@@ -181,6 +185,7 @@ class Pattern:
     span: int | None = None
     context: int = 0
     clause: bool = False  # groups must sit in the head's clause, not just its sentence
+    unless: list[re.Pattern[str]] = field(default_factory=list)  # vetoes only: cancel this pattern
     at_least: int = 0  # > 0: count distinct groups over the whole answer instead
 
 
@@ -199,7 +204,8 @@ class Veto:
     says: str
     explain: str
     patterns: list[Pattern]
-    unless: list[re.Pattern[str]]
+    unless: list[re.Pattern[str]]  # anywhere in the sentence
+    unless_clause: list[re.Pattern[str]] = field(default_factory=list)  # in the matched head's clause
     fire: list[str] = field(default_factory=list)
     keep: list[str] = field(default_factory=list)
 
@@ -288,7 +294,7 @@ class _Loader:
     def pattern(self, raw: Any, where: str) -> Pattern:
         if not isinstance(raw, dict):
             raise self.fail(where, f"{where}: a pattern must be a mapping with 'head' (and 'with', 'polarity', 'span')")
-        unknown = set(raw) - {"head", "with", "polarity", "span", "context", "clause", "at_least", "of"}
+        unknown = set(raw) - {"head", "with", "polarity", "span", "context", "clause", "unless", "at_least", "of"}
         if unknown:
             raise self.fail(where, f"{where}: unknown pattern key(s) {sorted(unknown)}")
         if "at_least" in raw:
@@ -308,7 +314,7 @@ class _Loader:
         if span is not None and (not isinstance(span, int) or span <= 0):
             raise self.fail(where, f"{where}: span must be a positive number of characters")
         return Pattern(self.regex(raw["head"], where), [self.regex(g, where) for g in groups], polarity, span,
-                       int(raw.get("context", 0)), bool(raw.get("clause", False)))
+                       int(raw.get("context", 0)), bool(raw.get("clause", False)), [self.regex(u, where) for u in raw.get("unless", [])])
 
     def patterns(self, raw: dict[str, Any], where: str) -> list[Pattern]:
         pats = raw.get("any")
@@ -364,7 +370,7 @@ def load_rubric(path: Path, display: str) -> Rubric:
             raise ld.fail(where, f"veto {vid}: needs 'explain:', the explanation shown to the student")
         examples = raw.get("examples") or {}
         vetoes.append(Veto(vid, tuple(questions), str(raw.get("says", vid)), raw["explain"], ld.patterns(raw, where),
-                           [ld.regex(u, where) for u in raw.get("unless", [])],
+                           [ld.regex(u, where) for u in raw.get("unless", [])], [ld.regex(u, where) for u in raw.get("unless_clause", [])],
                            list(examples.get("fire", [])), list(examples.get("keep", []))))
     return Rubric(display, key_points, vetoes)
 
@@ -375,11 +381,13 @@ def _match(p: Pattern, sentences: list[Sentence], i: int, allowed: tuple[str, ..
     s = sentences[i]
     assert p.head is not None
     why: str | None = None
-    scope = s.text if not p.context or i == 0 else sentences[i - 1].text + " " + s.text
     for h in p.head.finditer(s.text):
         lo, hi = _clause(s.text, h.start()) if p.clause else (0, len(s.text))
         own = [g.search(s.text, lo, hi) for g in p.groups]
-        if not all(m is not None or (not p.clause and g.search(scope)) for g, m in zip(p.groups, own)):
+        wider = s.text if not p.clause else ""
+        if p.context and i > 0:
+            wider += " " + sentences[i - 1].text
+        if not all(m is not None or g.search(wider) for g, m in zip(p.groups, own)):
             continue
         masks = tuple(m.span() for g in p.groups for m in g.finditer(s.text))
         if p.span is not None:
@@ -468,7 +476,9 @@ def _veto(veto: Veto, sentences: list[Sentence]) -> tuple[Evidence, str | None] 
                 if why and suppressed is None:
                     suppressed = (Evidence(s.original, 0, 0), why)
                 continue
-            unless = next((m for u in veto.unless if (m := u.search(s.text))), None)
+            lo, hi = _clause(s.text, ev.start)
+            unless = next((m for u in veto.unless + p.unless if (m := u.search(s.text))), None) or \
+                next((m for u in veto.unless_clause if (m := u.search(s.text, lo, hi))), None)
             status = _status_at(s, ev.start)
             if unless is not None:
                 suppressed = suppressed or (ev, f"unless: {unless.group(0)}")
