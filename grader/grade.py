@@ -213,7 +213,7 @@ def load_overrides(path: Path, course: Course) -> dict[str, dict[str, Any]]:
     lines = path.read_text(encoding="utf-8").splitlines()
 
     def line_of(key: str) -> int | None:
-        return next((i for i, line in enumerate(lines, start=1) if line.lstrip().startswith(f"{key}:") or f"{key}:" in line), None)
+        return next((i for i, line in enumerate(lines, start=1) if f"{key}:" in line), None)
 
     if not isinstance(data, dict):
         raise SourceError(display, 1, "overrides must map a submission (file name or sha256) to its override")
