@@ -135,6 +135,9 @@ class _CappedClient(NotebookClient):
         self._cell_chars: dict[int, int] = {}
 
     def output(self, outs, msg, display_id, cell_index):  # type: ignore[override]
+        if msg.get("msg_type") == "error":  # always kept: it is how a failing cell is recognised
+            msg["content"]["traceback"] = msg["content"].get("traceback", [])[-20:]
+            return super().output(outs, msg, display_id, cell_index)
         size = len(json.dumps(msg.get("content", {}), default=str))
         used = self._cell_chars.get(cell_index, 0)
         if used + size > self._limits.output_bytes_per_cell or self._total + size > self._limits.output_bytes_total:

@@ -78,7 +78,8 @@ def normalise(text: str) -> str:
     out = []
     for ch in text:
         n = unicodedata.normalize("NFKC", ch).lower()
-        out.append(n if len(n) == 1 else ch.lower())
+        low = ch.lower()
+        out.append(n if len(n) == 1 else low if len(low) == 1 else ch)
     return "".join(out)
 
 
