@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 from grader.checks import reference_namespace, run_checks  # noqa: E402
 from grader.course import load_course  # noqa: E402
 from grader.grade import Grader  # noqa: E402
+from grader.kernel import StudentCallError  # noqa: E402
 from grader.notebook import build_notebook, dumps  # noqa: E402
 
 
@@ -39,7 +40,10 @@ class InProcess:
                 return [decode(v) for v in x]
             return x
 
-        value = getattr(self.namespace, function)(*decode(json.loads(json.dumps(args))), **kwargs)
+        try:
+            value = getattr(self.namespace, function)(*decode(json.loads(json.dumps(args))), **kwargs)
+        except Exception as exc:  # the kernel reports a student's exception by type name
+            raise StudentCallError("error", function, type(exc).__name__) from None
         return json.loads(json.dumps(value, default=lambda o: o.tolist()))
 
 
