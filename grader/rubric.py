@@ -121,10 +121,8 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
     if _REFUTATION_START.search(next_text):
         return "refuted", ()
     for m in refutations:
-        c = None
-        for c in _CONTRAST.finditer(text, 0, m.start()):
-            pass
-        regions.append((c.end() if c else 0, m.start(), "refuted"))
+        contrasts = list(_CONTRAST.finditer(text, 0, m.start()))
+        regions.append((contrasts[-1].end() if contrasts else 0, m.start(), "refuted"))
     if _HEDGES.search(_mask(text, _HEDGE_FALSE)):
         return "hedged", tuple(regions)
     return "asserted", tuple(regions)
@@ -157,11 +155,9 @@ def negated(text: str, start: int, end: int, masks: tuple[tuple[int, int], ...] 
             text = text[:a] + "＿" * (b - a) + text[b:]
     clause_start, _ = _clause(text, start)
     window = text[max(clause_start, start - NEG_WINDOW) : start]
-    term = None
-    for term in _TERMINATORS.finditer(window):
-        pass
-    if term is not None:
-        window = window[term.end() :]
+    terminators = list(_TERMINATORS.finditer(window))
+    if terminators:
+        window = window[terminators[-1].end() :]
     window = _mask(_A_NOT_A.sub(lambda m: "＿" * 3, _mask(window, _FALSE_CUES)), _FALSE_CUES)
     count = len(_CUE_RE.findall(window))
     if _POST_NEG.match(text[end : end + 3]):

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
 from pathlib import Path
 
 import nbformat
-import pytest
 
 from grader.build import build
 from grader.cli import main
@@ -109,19 +107,20 @@ def test_toggle_rejects_unknown_lesson(scratch_course, capsys):
     assert "no lesson 'lesson99'" in capsys.readouterr().err
 
 
-def test_publish_commits_branches_without_touching_the_work_tree(scratch_course):
+def test_publish_commits_branches_without_touching_the_work_tree(scratch_course, monkeypatch):
+    for var in ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"):
+        monkeypatch.setenv(var, "Course Tests")
+    for var in ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):
+        monkeypatch.setenv(var, "tests@example.invalid")
     git(scratch_course, "init", "-q", "-b", "main")
-    git(scratch_course, "-c", "user.name=t", "-c", "user.email=t@e", "add", "-A")
-    git(scratch_course, "-c", "user.name=t", "-c", "user.email=t@e", "commit", "-qm", "sources")
+    git(scratch_course, "add", "-A")
+    git(scratch_course, "commit", "-qm", "sources")
     (scratch_course / "notes.txt").write_text("uncommitted work\n")
     git(scratch_course, "add", "notes.txt")
     (scratch_course / "draft.txt").write_text("untracked\n")
     before = (git(scratch_course, "status", "--porcelain"), git(scratch_course, "rev-parse", "HEAD"))
 
     env_args = ["--root", str(scratch_course), "publish", "--out", str(scratch_course.parent / "out")]
-    import os
-    os.environ.setdefault("GIT_AUTHOR_NAME", "t"); os.environ.setdefault("GIT_AUTHOR_EMAIL", "t@e")
-    os.environ.setdefault("GIT_COMMITTER_NAME", "t"); os.environ.setdefault("GIT_COMMITTER_EMAIL", "t@e")
     assert main(env_args) == 0
     assert (git(scratch_course, "status", "--porcelain"), git(scratch_course, "rev-parse", "HEAD")) == before
     assert git(scratch_course, "branch", "--show-current").strip() == "main"

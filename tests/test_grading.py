@@ -16,7 +16,7 @@ from grader.cli import main
 from grader.course import load_course
 from grader.grade import Grader, apply_overrides, load_overrides
 from grader.errors import SourceError
-from grader.report import feedback_html, gradebook_csv
+from grader.report import feedback_html
 
 from helpers import REPO, item, reference_code, submission
 
