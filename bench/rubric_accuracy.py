@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader.rubric import load_rubric, score_answer  # noqa: E402
+from grader.rubric import example_outcomes, load_rubric, score_answer  # noqa: E402
 
 
 def evaluate(rubric, answers: list[dict], verbose: bool = False) -> dict[str, float]:
@@ -51,14 +51,10 @@ def evaluate(rubric, answers: list[dict], verbose: bool = False) -> dict[str, fl
 
 
 def tuning_set(rubric) -> dict[str, float]:
-    tp = fp = fn = 0
-    for v in rubric.vetoes:
-        for text in v.fire:
-            fired = any(v.id in {x.id for x, _ in score_answer(rubric, q, text).vetoes} for q in v.questions)
-            tp += fired
-            fn += not fired
-        for text in v.keep:
-            fp += any(v.id in {x.id for x, _ in score_answer(rubric, q, text).vetoes} for q in v.questions)
+    outcomes = example_outcomes(rubric)
+    tp = sum(fired for _, kind, _, fired in outcomes if kind == "fire")
+    fn = sum(not fired for _, kind, _, fired in outcomes if kind == "fire")
+    fp = sum(fired for _, kind, _, fired in outcomes if kind == "keep")
     return {"veto_precision": tp / (tp + fp) if tp + fp else 1.0, "veto_recall": tp / (tp + fn) if tp + fn else 1.0}
 
 

@@ -484,3 +484,15 @@ def _veto(veto: Veto, sentences: list[Sentence]) -> tuple[Evidence, str | None] 
             else:
                 return ev, None
     return suppressed
+
+
+def example_outcomes(rubric: Rubric) -> list[tuple[Veto, str, str, bool]]:
+    """Run every veto example: (veto, "fire" or "keep", text, whether the veto fired)."""
+    out = []
+    for v in rubric.vetoes:
+        for kind, texts in (("fire", v.fire), ("keep", v.keep)):
+            for text in texts:
+                fired = any(v.id in {x.id for x, _ in score_answer(rubric, q, text).vetoes} for q in v.questions)
+                out.append((v, kind, text, fired))
+    return out
+

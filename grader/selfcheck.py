@@ -13,7 +13,7 @@ from .course import Course
 from .grade import Grader
 from .lesson import QUESTION_IDS
 from .notebook import build_notebook, dumps
-from .rubric import score_answer
+from .rubric import example_outcomes, score_answer
 
 
 def check_lesson(grader: Grader, slug: str) -> tuple[list[str], float]:
@@ -39,12 +39,11 @@ def check_lesson(grader: Grader, slug: str) -> tuple[list[str], float]:
     for v in kit.rubric.vetoes:
         if len(v.fire) < 5 or len(v.keep) < 5:
             problems.append(f"veto {v.id}: needs at least 5 'fire' and 5 'keep' examples")
-        for text in v.fire:
-            if not any(v.id in {x.id for x, _ in score_answer(kit.rubric, q, text).vetoes} for q in v.questions):
-                problems.append(f"veto {v.id} does not fire on: {text}")
-        for text in v.keep:
-            if any(v.id in {x.id for x, _ in score_answer(kit.rubric, q, text).vetoes} for q in v.questions):
-                problems.append(f"veto {v.id} fires on a keep example: {text}")
+    for v, kind, text, fired in example_outcomes(kit.rubric):
+        if kind == "fire" and not fired:
+            problems.append(f"veto {v.id} does not fire on: {text}")
+        elif kind == "keep" and fired:
+            problems.append(f"veto {v.id} fires on a keep example: {text}")
     if len(kit.checks) < 6:
         problems.append(f"only {len(kit.checks)} hidden tests (at least 6)")
     return problems, elapsed
