@@ -99,7 +99,7 @@ class Grader:
     def _grade(self, kit: LessonKit, sub: Any, digest: str) -> dict[str, Any]:
         lesson = kit.lesson
         code_messages = list(sub.notes.get("code", []))
-        report = RunReport(sandbox=self.sandbox)
+        report = RunReport()
         check_results = []
         runnable = [(ex.id, sub.code.get(ex.id)) for ex in lesson.exercises]
         if any(src is None for _, src in runnable):

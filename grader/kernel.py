@@ -97,17 +97,13 @@ class CellRun:
     id: str
     status: str  # ok | error | timeout | dead | skipped
     error_name: str = ""
-    output_chars: int = 0
     truncated: bool = False
 
 
 @dataclass
 class RunReport:
     cells: list[CellRun] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)  # messages for the student, in Chinese
     submission_timed_out: bool = False
-    kernel_died: bool = False
-    sandbox: bool = True
 
 
 class _SandboxedKernelManager(AsyncKernelManager):
@@ -162,14 +158,12 @@ class KernelSession:
                                           connection_file=str(self.ipc_dir / "kernel.json"))
         self.km.prefix = sandbox_prefix(self.ipc_dir, limits, next_uid()) if sandbox else []
         self.client: _CappedClient | None = None
-        self.started_at = 0.0
         self._timer: threading.Timer | None = None
         self.killed_by_timer = False
         self._dead = False
 
     def start(self) -> None:
         """Launch the kernel process; it finishes booting in the background."""
-        self.started_at = time.monotonic()
         run_sync(self.km.start_kernel)(cwd=str(self.ipc_dir) if not self.sandbox else None, env=self._env(),
                                        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -205,11 +199,8 @@ class KernelSession:
             errors = [o for o in cell.outputs if o.get("output_type") == "error"]
             run.status = "error" if errors else "ok"
             run.error_name = str(errors[0].get("ename", ""))[:80] if errors else ""
-        if self.killed_by_timer:
-            report.submission_timed_out = True
-        if self._dead or self.killed_by_timer:
-            report.kernel_died = report.kernel_died or any(c.status == "dead" for c in report.cells)
-        if not self._dead and not self.killed_by_timer:
+        report.submission_timed_out = self.killed_by_timer
+        if not self._dead:
             self._execute_silently(_CALL_HELPER)
 
     def _kill_on_deadline(self) -> None:
