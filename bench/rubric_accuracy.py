@@ -38,8 +38,10 @@ def evaluate(rubric, answers: list[dict], verbose: bool = False) -> dict[str, fl
             exact += res.points == a["points"]
             near += abs(res.points - a["points"]) <= 0.5 + 1e-9
         if verbose and (got != want or ("points" in a and abs(res.points - a["points"]) > 0.5)):
-            print(f"  {a['id']} {a['question']} want={sorted(want)} got={sorted(got)} points {a.get('points')}/{res.points} "
-                  f"found={[k.id for k, _ in res.found]} {a['text']}")
+            print(
+                f"  {a['id']} {a['question']} want={sorted(want)} got={sorted(got)} points {a.get('points')}/{res.points} "
+                f"found={[k.id for k, _ in res.found]} {a['text']}"
+            )
     n = len(answers)
     return {
         "answers": n,
@@ -71,8 +73,12 @@ def main() -> None:
     print("lesson04 rubric accuracy            precision  recall")
     print(f"  tuning examples (rubric.yml)      {tuned['veto_precision']:.3f}      {tuned['veto_recall']:.3f}")
     print(f"  dev set ({dev['answers']:3d} answers)          {dev['veto_precision']:.3f}      {dev['veto_recall']:.3f}")
-    print(f"  held-out set ({held['answers']:3d} answers)     {held['veto_precision']:.3f}      {held['veto_recall']:.3f}")
-    print(f"  dev points exact / within ±0.5    {labelled['exact']:.3f} / {labelled['within_0.5']:.3f}   ({labelled['answers']} labelled dev answers)")
+    print(
+        f"  held-out set ({held['answers']:3d} answers)     {held['veto_precision']:.3f}      {held['veto_recall']:.3f}"
+    )
+    print(
+        f"  dev points exact / within ±0.5    {labelled['exact']:.3f} / {labelled['within_0.5']:.3f}   ({labelled['answers']} labelled dev answers)"
+    )
     print(f"  held-out points exact             {held['exact']:.3f}")
     print(f"  held-out points within ±0.5       {held['within_0.5']:.3f}")
 

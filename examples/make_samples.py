@@ -47,7 +47,9 @@ def samples() -> dict[str, str]:
     out["vetoed-answer"] = vetoed
 
     partial = build_notebook(lesson, reference=True)
-    next(c for c in partial.cells if c.id == "q2").source = "因为梯度求和满足结合律，先在本地累加再 all-reduce 一次，结果和每次都同步相同。"
+    next(
+        c for c in partial.cells if c.id == "q2"
+    ).source = "因为梯度求和满足结合律，先在本地累加再 all-reduce 一次，结果和每次都同步相同。"
     next(c for c in partial.cells if c.id == "q3").source = "（在此作答）"
     out["partial-answers"] = partial
     return {name: dumps(nb) for name, nb in out.items()}

@@ -22,8 +22,16 @@ def default_jobs() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def grade_many(course: Course, paths: list[Path], *, jobs: int, sandbox: bool, lesson: str | None = None,
-               overrides: dict[str, dict[str, Any]] | None = None, progress: bool = True) -> list[dict[str, Any]]:
+def grade_many(
+    course: Course,
+    paths: list[Path],
+    *,
+    jobs: int,
+    sandbox: bool,
+    lesson: str | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
     """Grade ``paths`` and return results in the same order."""
     local = threading.local()
     graders: list[Grader] = []
@@ -39,7 +47,9 @@ def grade_many(course: Course, paths: list[Path], *, jobs: int, sandbox: bool, l
         try:
             result = grader.grade_file(path, lesson)
         except Exception as exc:  # noqa: BLE001 - a grader bug must not sink the batch
-            return failed_result(path.name, lesson, f"{path.name}：评分程序内部错误（{type(exc).__name__}），请联系助教。")
+            return failed_result(
+                path.name, lesson, f"{path.name}：评分程序内部错误（{type(exc).__name__}），请联系助教。"
+            )
         entry = overrides.get(path.name) or overrides.get(result.get("sha256", ""))
         if entry:
             apply_overrides(result, entry, course.pass_mark)

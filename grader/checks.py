@@ -20,9 +20,10 @@ import inspect
 import math
 import random
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .errors import SourceError
 from .kernel import KernelSession, StudentCallError
@@ -79,11 +80,23 @@ def close(got: Any, expected: Any, rel: float = 1e-9, abs_tol: float = 1e-12) ->
     if isinstance(expected, bool) or expected is None or isinstance(expected, str):
         return type(got) is type(expected) and got == expected
     if isinstance(expected, (int, float)):
-        return type(got) in (int, float) and math.isfinite(got) and math.isclose(got, expected, rel_tol=rel, abs_tol=abs_tol)
+        return (
+            type(got) in (int, float)
+            and math.isfinite(got)
+            and math.isclose(got, expected, rel_tol=rel, abs_tol=abs_tol)
+        )
     if isinstance(expected, (list, tuple)):
-        return type(got) is list and len(got) == len(expected) and all(close(g, e, rel, abs_tol) for g, e in zip(got, expected))
+        return (
+            type(got) is list
+            and len(got) == len(expected)
+            and all(close(g, e, rel, abs_tol) for g, e in zip(got, expected))
+        )
     if isinstance(expected, dict):
-        return type(got) is dict and set(got) == {str(k) for k in expected} and all(close(got[str(k)], v, rel, abs_tol) for k, v in expected.items())
+        return (
+            type(got) is dict
+            and set(got) == {str(k) for k in expected}
+            and all(close(got[str(k)], v, rel, abs_tol) for k, v in expected.items())
+        )
     raise TypeError(f"cannot compare with expected value of type {type(expected).__name__}")
 
 
@@ -98,7 +111,9 @@ def load_checks(lesson: Lesson, folder: Path, display: str) -> list[Check]:
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001 - report an instructor's broken file clearly
-        raise SourceError(display, getattr(exc, "lineno", None), f"cannot import: {type(exc).__name__}: {exc}") from None
+        raise SourceError(
+            display, getattr(exc, "lineno", None), f"cannot import: {type(exc).__name__}: {exc}"
+        ) from None
     checks = []
     for name, func in inspect.getmembers(module, inspect.isfunction):
         if not hasattr(func, "__course_points__"):
@@ -106,10 +121,14 @@ def load_checks(lesson: Lesson, folder: Path, display: str) -> list[Check]:
         line = func.__code__.co_firstlineno
         unknown = [p for p in inspect.signature(func).parameters if p not in FIXTURES]
         if unknown:
-            raise SourceError(display, line, f"check {name} asks for unknown fixture(s) {unknown}; available: {', '.join(FIXTURES)}")
+            raise SourceError(
+                display, line, f"check {name} asks for unknown fixture(s) {unknown}; available: {', '.join(FIXTURES)}"
+            )
         doc = (inspect.getdoc(func) or "").strip().splitlines()
         if not doc:
-            raise SourceError(display, line, f"check {name} needs a docstring saying what it verifies (shown to students)")
+            raise SourceError(
+                display, line, f"check {name} needs a docstring saying what it verifies (shown to students)"
+            )
         checks.append(Check(name, float(func.__course_points__), doc[0], func))
     checks.sort(key=lambda c: c.func.__code__.co_firstlineno)
     total = sum(c.points for c in checks)

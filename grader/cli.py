@@ -68,8 +68,14 @@ def cmd_grade(args: argparse.Namespace) -> int:
     overrides = load_overrides(Path(args.overrides), course) if args.overrides else {}
     if not args.no_sandbox:
         check_available()
-    results = grade_many(course, paths, jobs=args.jobs or default_jobs(), sandbox=not args.no_sandbox,
-                         lesson=args.lesson, overrides=overrides)
+    results = grade_many(
+        course,
+        paths,
+        jobs=args.jobs or default_jobs(),
+        sandbox=not args.no_sandbox,
+        lesson=args.lesson,
+        overrides=overrides,
+    )
     if args.json:
         for r in results:
             print(json.dumps(r, ensure_ascii=False, sort_keys=True))
@@ -99,7 +105,11 @@ def cmd_rubric(args: argparse.Namespace) -> int:
                 continue
             try:
                 entry = json.loads(line)
-                if not isinstance(entry, dict) or entry.get("question") not in ("q1", "q2", "q3") or not isinstance(entry.get("text"), str):
+                if (
+                    not isinstance(entry, dict)
+                    or entry.get("question") not in ("q1", "q2", "q3")
+                    or not isinstance(entry.get("text"), str)
+                ):
                     raise ValueError('each line must be {"question": "q1|q2|q3", "text": "..."}')
             except ValueError as exc:
                 print(f"course: error: {args.input}:{n}: {exc}", file=sys.stderr)
@@ -165,7 +175,9 @@ def make_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("rubric", help="try a lesson's rubric on sample answers (JSON lines)")
     p.add_argument("lesson", help="lesson slug, e.g. lesson04")
-    p.add_argument("--input", required=True, help='JSON-lines file of {"question": "q1", "text": "..."}, or - for stdin')
+    p.add_argument(
+        "--input", required=True, help='JSON-lines file of {"question": "q1", "text": "..."}, or - for stdin'
+    )
     p.set_defaults(func=cmd_rubric)
     return parser
 

@@ -68,30 +68,48 @@ def load_settings(root: Path) -> tuple[float, dict[str, str], Limits]:
     line = _line_of(path, "course:")
     pass_mark = block.get("pass_mark", 8)
     if not isinstance(pass_mark, (int, float)) or isinstance(pass_mark, bool) or not 0 <= pass_mark <= 10:
-        raise SourceError(CONFIG, _line_of(path, "pass_mark:") or line, f"course.pass_mark must be a number from 0 to 10, got {pass_mark!r}")
+        raise SourceError(
+            CONFIG,
+            _line_of(path, "pass_mark:") or line,
+            f"course.pass_mark must be a number from 0 to 10, got {pass_mark!r}",
+        )
     answers = block.get("answers") or {}
     if not isinstance(answers, dict):
-        raise SourceError(CONFIG, _line_of(path, "answers:") or line, "course.answers must map lessonNN to hidden or released")
+        raise SourceError(
+            CONFIG, _line_of(path, "answers:") or line, "course.answers must map lessonNN to hidden or released"
+        )
     releases: dict[str, str] = {}
     for slug, state in answers.items():
         if state not in RELEASE_STATES:
-            raise SourceError(CONFIG, _line_of(path, f"{slug}:") or line, f"course.answers.{slug} must be 'hidden' or 'released', got {state!r}")
+            raise SourceError(
+                CONFIG,
+                _line_of(path, f"{slug}:") or line,
+                f"course.answers.{slug} must be 'hidden' or 'released', got {state!r}",
+            )
         releases[str(slug)] = state
     return float(pass_mark), releases, _limits(block.get("limits") or {}, path, line)
 
 
 def _limits(raw: Any, path: Path, line: int | None) -> Limits:
     if not isinstance(raw, dict):
-        raise SourceError(CONFIG, _line_of(path, "limits:") or line, "course.limits must be a mapping of limit names to numbers")
+        raise SourceError(
+            CONFIG, _line_of(path, "limits:") or line, "course.limits must be a mapping of limit names to numbers"
+        )
     defaults = Limits()
     values: dict[str, Any] = {}
     for key, value in raw.items():
         if not hasattr(defaults, str(key)):
             known = ", ".join(Limits.__dataclass_fields__)
-            raise SourceError(CONFIG, _line_of(path, f"{key}:") or line, f"unknown limit {key!r}; known limits: {known}")
+            raise SourceError(
+                CONFIG, _line_of(path, f"{key}:") or line, f"unknown limit {key!r}; known limits: {known}"
+            )
         kind = type(getattr(defaults, key))
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise SourceError(CONFIG, _line_of(path, f"{key}:") or line, f"course.limits.{key} must be a positive number, got {value!r}")
+            raise SourceError(
+                CONFIG,
+                _line_of(path, f"{key}:") or line,
+                f"course.limits.{key} must be a positive number, got {value!r}",
+            )
         values[key] = kind(value)
     return Limits(**values)
 
@@ -108,12 +126,20 @@ def load_course(root: str | Path) -> Course:
         raise SourceError("lessons", None, "no lessons found: add lessons/lessonNN.qmd")
     for slug in releases:
         if slug not in course.lessons:
-            raise SourceError(CONFIG, _line_of(root / CONFIG, f"{slug}:"), f"course.answers names {slug!r}, which has no lessons/{slug}.qmd")
+            raise SourceError(
+                CONFIG,
+                _line_of(root / CONFIG, f"{slug}:"),
+                f"course.answers names {slug!r}, which has no lessons/{slug}.qmd",
+            )
     solutions = root / "solutions"
     if solutions.is_dir():
         for folder in sorted(p for p in solutions.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
             if folder.name not in course.lessons:
-                raise SourceError(f"solutions/{folder.name}", None, f"no matching lesson: expected lessons/{folder.name}.qmd; rename or remove the folder")
+                raise SourceError(
+                    f"solutions/{folder.name}",
+                    None,
+                    f"no matching lesson: expected lessons/{folder.name}.qmd; rename or remove the folder",
+                )
     return course
 
 

@@ -47,8 +47,12 @@ class Grader:
             lesson = self.course.lesson(slug)
             folder = self.course.solutions_dir(slug)
             rel = f"solutions/{slug}"
-            self._kits[slug] = LessonKit(lesson, load_checks(lesson, folder, f"{rel}/checks.py"),
-                                         load_rubric(folder / "rubric.yml", f"{rel}/rubric.yml"), reference_namespace(lesson))
+            self._kits[slug] = LessonKit(
+                lesson,
+                load_checks(lesson, folder, f"{rel}/checks.py"),
+                load_rubric(folder / "rubric.yml", f"{rel}/rubric.yml"),
+                reference_namespace(lesson),
+            )
         return self._kits[slug]
 
     def _kernel(self) -> KernelSession:
@@ -76,7 +80,11 @@ class Grader:
         try:
             size = path.stat().st_size
             if size > limit:
-                return failed_result(path.name, expect_lesson, f"{path.name}：文件有 {size:,} 字节，超过上限 {limit:,} 字节。请清除输出后重新提交。")
+                return failed_result(
+                    path.name,
+                    expect_lesson,
+                    f"{path.name}：文件有 {size:,} 字节，超过上限 {limit:,} 字节。请清除输出后重新提交。",
+                )
             data = path.read_bytes()
         except OSError as exc:
             return failed_result(path.name, expect_lesson, f"{path.name}：无法读取文件（{exc.strerror}）。")
@@ -87,7 +95,9 @@ class Grader:
             nb = read_notebook(data, name, self.course.limits.upload_bytes)
             slug = expect_lesson or lesson_of(nb)
             if slug is None or slug not in self.course.lessons:
-                raise SubmissionError(f"{name}：notebook 中没有可识别的课次信息（metadata.course.lesson）。请从课程网站下载本课的 notebook 后填写。")
+                raise SubmissionError(
+                    f"{name}：notebook 中没有可识别的课次信息（metadata.course.lesson）。请从课程网站下载本课的 notebook 后填写。"
+                )
             kit = self.kit(slug)
             sub = extract(nb, kit.lesson, name)
         except SubmissionError as exc:
@@ -119,26 +129,57 @@ class Grader:
         for c in check_results:
             code_messages.append(("✓ " if c.passed else "✗ ") + c.description + ("" if c.passed else f"：{c.reason}"))
 
-        items = [{"id": "code", "points": code_points, "max": float(CODE_POINTS), "messages": code_messages,
-                  "checks": [{"name": c.name, "description": c.description, "points": c.points, "max": c.max, "passed": c.passed} for c in check_results]}]
+        items: list[dict[str, Any]] = [
+            {
+                "id": "code",
+                "points": code_points,
+                "max": float(CODE_POINTS),
+                "messages": code_messages,
+                "checks": [
+                    {"name": c.name, "description": c.description, "points": c.points, "max": c.max, "passed": c.passed}
+                    for c in check_results
+                ],
+            }
+        ]
         vetoes, suppressed = [], []
         for qid in QUESTION_IDS:
             text = sub.answers.get(qid, "")
             messages = list(sub.notes.get(qid, []))
             if not text.strip():
                 messages.append("没有作答。")
-                items.append({"id": qid, "points": 0.0, "max": float(QUESTION_POINTS), "messages": messages, "key_points": [], "missing": [k.says for k in kit.rubric.key_points[qid]]})
+                items.append(
+                    {
+                        "id": qid,
+                        "points": 0.0,
+                        "max": float(QUESTION_POINTS),
+                        "messages": messages,
+                        "key_points": [],
+                        "missing": [k.says for k in kit.rubric.key_points[qid]],
+                    }
+                )
                 continue
             res = score_answer(kit.rubric, qid, text)
             for kp, ev in res.found:
                 messages.append(f"✓ {kp.says}（依据：「{ev.sentence}」）")
             for kp in res.missing:
                 messages.append(f"✗ 未找到要点：{kp.says}")
-            items.append({"id": qid, "points": res.points, "max": res.max, "messages": messages,
-                          "key_points": [{"id": k.id, "points": k.points, "evidence": e.sentence} for k, e in res.found],
-                          "missing": [k.says for k in res.missing]})
-            vetoes += [{"id": v.id, "question": qid, "evidence": e.sentence, "message": f"{v.says}。{v.explain}"} for v, e in res.vetoes]
-            suppressed += [{"id": v.id, "question": qid, "evidence": e.sentence, "reason": r} for v, e, r in res.suppressed]
+            items.append(
+                {
+                    "id": qid,
+                    "points": res.points,
+                    "max": res.max,
+                    "messages": messages,
+                    "key_points": [{"id": k.id, "points": k.points, "evidence": e.sentence} for k, e in res.found],
+                    "missing": [k.says for k in res.missing],
+                }
+            )
+            vetoes += [
+                {"id": v.id, "question": qid, "evidence": e.sentence, "message": f"{v.says}。{v.explain}"}
+                for v, e in res.vetoes
+            ]
+            suppressed += [
+                {"id": v.id, "question": qid, "evidence": e.sentence, "reason": r} for v, e, r in res.suppressed
+            ]
         total = round(sum(i["points"] for i in items), 2)
         errors = []
         if report.submission_timed_out:
@@ -180,9 +221,22 @@ def _run_messages(report: RunReport) -> list[str]:
 def failed_result(name: str, lesson: str | None, message: str) -> dict[str, Any]:
     """The result of a file that could not be graded at all: zero points, one clear error."""
     items = [{"id": "code", "points": 0.0, "max": float(CODE_POINTS), "messages": [], "checks": []}]
-    items += [{"id": q, "points": 0.0, "max": float(QUESTION_POINTS), "messages": [], "key_points": [], "missing": []} for q in QUESTION_IDS]
-    return {"lesson": lesson, "file": name, "total": 0.0, "max": float(MAX_POINTS), "passed": False, "items": items,
-            "vetoes": [], "suppressed": [], "errors": [message], "overrides": []}
+    items += [
+        {"id": q, "points": 0.0, "max": float(QUESTION_POINTS), "messages": [], "key_points": [], "missing": []}
+        for q in QUESTION_IDS
+    ]
+    return {
+        "lesson": lesson,
+        "file": name,
+        "total": 0.0,
+        "max": float(MAX_POINTS),
+        "passed": False,
+        "items": items,
+        "vetoes": [],
+        "suppressed": [],
+        "errors": [message],
+        "overrides": [],
+    }
 
 
 def apply_overrides(result: dict[str, Any], entry: dict[str, Any], pass_mark: float) -> None:
@@ -196,7 +250,9 @@ def apply_overrides(result: dict[str, Any], entry: dict[str, Any], pass_mark: fl
     for veto_id in entry.get("lift_vetoes") or []:
         kept = [v for v in result["vetoes"] if v["id"] != veto_id]
         if len(kept) != len(result["vetoes"]):
-            result["overrides"].append({"target": f"veto:{veto_id}", "from": "vetoed", "to": "lifted", "reason": reason})
+            result["overrides"].append(
+                {"target": f"veto:{veto_id}", "from": "vetoed", "to": "lifted", "reason": reason}
+            )
         result["vetoes"] = kept
     result["total"] = round(sum(i["points"] for i in result["items"]), 2)
     result["passed"] = result["total"] >= pass_mark and not result["vetoes"]
@@ -223,11 +279,17 @@ def load_overrides(path: Path, course: Course) -> dict[str, dict[str, Any]]:
             raise SourceError(display, where, f"override for {key!r} needs a non-empty 'reason'")
         unknown = set(entry) - {"items", "lift_vetoes", "reason"}
         if unknown:
-            raise SourceError(display, where, f"override for {key!r} has unknown key(s) {sorted(unknown)}; use items, lift_vetoes, reason")
+            raise SourceError(
+                display,
+                where,
+                f"override for {key!r} has unknown key(s) {sorted(unknown)}; use items, lift_vetoes, reason",
+            )
         for item_id, points in (entry.get("items") or {}).items():
             limit = CODE_POINTS if item_id == "code" else QUESTION_POINTS if item_id in QUESTION_IDS else None
             if limit is None:
-                raise SourceError(display, where, f"override for {key!r}: unknown item {item_id!r}; use code, q1, q2 or q3")
+                raise SourceError(
+                    display, where, f"override for {key!r}: unknown item {item_id!r}; use code, q1, q2 or q3"
+                )
             if isinstance(points, bool) or not isinstance(points, (int, float)) or not 0 <= points <= limit:
                 raise SourceError(display, where, f"override for {key!r}: {item_id} must be a number from 0 to {limit}")
         if not isinstance(entry.get("lift_vetoes") or [], list):

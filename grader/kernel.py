@@ -35,7 +35,7 @@ RESULT_LIMIT = 1_000_000  # characters of JSON a single call may return
 
 # Defined in the kernel after the student's cells. It converts the result to JSON-able plain data,
 # by exact type, so subclasses with hostile __eq__/__iter__/__len__ are refused rather than trusted.
-_CALL_HELPER = r'''
+_CALL_HELPER = r"""
 def __course_call__(name, payload):
     import json as _json, dataclasses as _dc, math as _math
     def _plain(x, depth=0):
@@ -79,7 +79,7 @@ def __course_call__(name, payload):
         return _json.dumps({"ok": _plain(value)})
     except BaseException:
         return _json.dumps({"unsupported": True})
-'''
+"""
 
 
 class StudentCallError(Exception):
@@ -123,14 +123,22 @@ class _CappedClient(NotebookClient):
     """nbclient with a cap on captured output, per cell and per submission."""
 
     def __init__(self, nb: nbformat.NotebookNode, km: AsyncKernelManager, limits: Limits, report: RunReport) -> None:
-        super().__init__(nb, km=km, timeout=int(limits.cell_timeout_s), allow_errors=True, record_timing=False,
-                         interrupt_on_timeout=False, shutdown_kernel="immediate", kernel_name="python3")
+        super().__init__(
+            nb,
+            km=km,
+            timeout=int(limits.cell_timeout_s),
+            allow_errors=True,
+            record_timing=False,
+            interrupt_on_timeout=False,
+            shutdown_kernel="immediate",
+            kernel_name="python3",
+        )
         self._limits = limits
         self._report = report
         self._total = 0
         self._cell_chars: dict[int, int] = {}
 
-    def output(self, outs, msg, display_id, cell_index):  # type: ignore[override]
+    def output(self, outs, msg, display_id, cell_index):
         if msg.get("msg_type") == "error":  # always kept: it is how a failing cell is recognised
             msg["content"]["traceback"] = msg["content"].get("traceback", [])[-20:]
             return super().output(outs, msg, display_id, cell_index)
@@ -154,8 +162,12 @@ class KernelSession:
         self.sandbox = sandbox
         self.ipc_dir = Path(tempfile.mkdtemp(prefix="course-kernel-"))
         os.chmod(self.ipc_dir, 0o733)
-        self.km = _SandboxedKernelManager(kernel_name="python3", transport="ipc", ip=str(self.ipc_dir / "k"),
-                                          connection_file=str(self.ipc_dir / "kernel.json"))
+        self.km = _SandboxedKernelManager(
+            kernel_name="python3",
+            transport="ipc",
+            ip=str(self.ipc_dir / "k"),
+            connection_file=str(self.ipc_dir / "kernel.json"),
+        )
         self.km.prefix = sandbox_prefix(self.ipc_dir, limits, next_uid()) if sandbox else []
         self.client: _CappedClient | None = None
         self._timer: threading.Timer | None = None
@@ -164,13 +176,25 @@ class KernelSession:
 
     def start(self) -> None:
         """Launch the kernel process; it finishes booting in the background."""
-        run_sync(self.km.start_kernel)(cwd=str(self.ipc_dir) if not self.sandbox else None, env=self._env(),
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run_sync(self.km.start_kernel)(
+            cwd=str(self.ipc_dir) if not self.sandbox else None,
+            env=self._env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")}
-        env.update({"HOME": str(self.ipc_dir), "IPYTHONDIR": str(self.ipc_dir / ".ipython"), "OPENBLAS_NUM_THREADS": "1",
-                    "PYDEVD_DISABLE_FILE_VALIDATION": "1", "JUPYTER_PLATFORM_DIRS": "1"})
+        env.update(
+            {
+                "HOME": str(self.ipc_dir),
+                "IPYTHONDIR": str(self.ipc_dir / ".ipython"),
+                "OPENBLAS_NUM_THREADS": "1",
+                "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+                "JUPYTER_PLATFORM_DIRS": "1",
+            }
+        )
         return env
 
     def run_cells(self, cells: list[tuple[str, str]], report: RunReport) -> None:
@@ -222,7 +246,7 @@ class KernelSession:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self.killed_by_timer:
             try:
-                msg = run_sync(kc.get_shell_msg)(timeout=min(0.5, max(0.01, deadline - time.monotonic())))
+                msg = run_sync(kc._async_get_shell_msg)(timeout=min(0.5, max(0.01, deadline - time.monotonic())))
             except Empty:
                 if not run_sync(self.km.is_alive)():
                     self._dead = True
@@ -237,7 +261,7 @@ class KernelSession:
         assert self.client is not None and self.client.kc is not None
         for _ in range(10_000):
             try:
-                run_sync(self.client.kc.get_iopub_msg)(timeout=0)
+                run_sync(self.client.kc._async_get_iopub_msg)(timeout=0)
             except Empty:
                 return
 
@@ -251,7 +275,9 @@ class KernelSession:
         reply = self._reply(msg_id, self.limits.cell_timeout_s)
         if reply is None:
             self._dead = True
-            raise StudentCallError("dead" if self.killed_by_timer or not run_sync(self.km.is_alive)() else "timeout", function)
+            raise StudentCallError(
+                "dead" if self.killed_by_timer or not run_sync(self.km.is_alive)() else "timeout", function
+            )
         return _parse_result(reply, function)
 
     def close(self) -> None:

@@ -36,7 +36,7 @@ _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 class Cell:
     """An executable code cell (```` ```{python} ````) and its ``#|`` options."""
 
-    id: str | None
+    id: str  # '' when the cell has no label
     role: str | None
     options: dict[str, Any]
     code: str  # the source without its option lines
@@ -202,7 +202,9 @@ def _scan_blocks(lesson: Lesson, start: int, where: str) -> None:
             ident, classes, attrs = parse_attrs(m.group("attrs"))
             role = attrs.get("course_role")
             if role is not None and role not in DIV_ROLES:
-                raise SourceError(where, i + 1, f"unknown course_role {role!r} on a div; use one of {', '.join(DIV_ROLES)}")
+                raise SourceError(
+                    where, i + 1, f"unknown course_role {role!r} on a div; use one of {', '.join(DIV_ROLES)}"
+                )
             stack.append((i + 1, ident, classes, attrs))
         i += 1
     if stack:
@@ -247,23 +249,33 @@ def _scan_fence(lesson: Lesson, i: int, fence: re.Match[str], stack: list, where
         code = "\n".join(body[len(option_lines) :])
         in_answer = any(frame[3].get("course_role") == "answer" for frame in stack)
         label = options.get("label")
-        lesson.cells.append(Cell(str(label) if label is not None else None, role, options, code, i + 1, end + 1, in_answer))
+        lesson.cells.append(
+            Cell(str(label) if label is not None else "", role, options, code, i + 1, end + 1, in_answer)
+        )
     return end + 1
 
 
 def _validate(lesson: Lesson, where: str) -> None:
     seen: dict[str, int] = {}
-    for line, ident in sorted([(c.line, c.id) for c in lesson.cells if c.id] + [(d.line, d.id) for d in lesson.divs if d.id]):
+    for line, ident in sorted(
+        [(c.line, c.id) for c in lesson.cells if c.id] + [(d.line, d.id) for d in lesson.divs if d.id]
+    ):
         if ident in seen:
             raise SourceError(where, line, f"duplicate id {ident!r} (first used on line {seen[ident]})")
         seen[ident] = line
 
     answers = lesson.answer_blocks
     if len(answers) > 1:
-        raise SourceError(where, answers[1].line, f"a second answer block; put everything answer-only in the one on line {answers[0].line}")
+        raise SourceError(
+            where,
+            answers[1].line,
+            f"a second answer block; put everything answer-only in the one on line {answers[0].line}",
+        )
     for block in answers:
         if "content-visible" not in block.classes or block.attrs.get("when-profile") != "answers":
-            raise SourceError(where, block.line, 'the answer block must also carry .content-visible when-profile="answers"')
+            raise SourceError(
+                where, block.line, 'the answer block must also carry .content-visible when-profile="answers"'
+            )
         inner = [d for d in lesson.divs if block.line < d.line < block.end_line and d.role == "answer"]
         if inner:
             raise SourceError(where, inner[0].line, "answer blocks cannot be nested")
@@ -274,25 +286,41 @@ def _validate(lesson: Lesson, where: str) -> None:
         if not cell.id:
             raise SourceError(where, cell.line, f"a {cell.role} cell needs a stable id: add '#| label: ...'")
         if not _ID.match(cell.id):
-            raise SourceError(where, cell.line, f"cell id {cell.id!r} must start with a letter and use only letters, digits, '-' or '_'")
+            raise SourceError(
+                where,
+                cell.line,
+                f"cell id {cell.id!r} must start with a letter and use only letters, digits, '-' or '_'",
+            )
         if cell.role == "exercise":
             if cell.in_answer:
                 raise SourceError(where, cell.line, "an exercise cell cannot sit inside the answer block")
             if cell.options.get("eval") is not False:
-                raise SourceError(where, cell.line, "an exercise cell needs '#| eval: false' (its blanks fail when run)")
+                raise SourceError(
+                    where, cell.line, "an exercise cell needs '#| eval: false' (its blanks fail when run)"
+                )
         if cell.role == "solution" and not cell.in_answer:
-            raise SourceError(where, cell.line, 'a solution cell must sit inside the answer block (::: {... course_role="answer"})')
+            raise SourceError(
+                where, cell.line, 'a solution cell must sit inside the answer block (::: {... course_role="answer"})'
+            )
 
     exercises = lesson.exercises
     if not exercises:
-        raise SourceError(where, _heading_line(lesson, "代码填空题"), "the lesson has no exercise cell ('#| course_role: exercise')")
+        raise SourceError(
+            where, _heading_line(lesson, "代码填空题"), "the lesson has no exercise cell ('#| course_role: exercise')"
+        )
     exercise_ids = {c.id for c in exercises}
     solved: dict[str, int] = {}
     for sol in lesson.solutions:
         if sol.solves not in exercise_ids:
-            raise SourceError(where, sol.line, f"solution cell must name its exercise with '#| solves: <id>'; known exercises: {', '.join(sorted(exercise_ids))}")
+            raise SourceError(
+                where,
+                sol.line,
+                f"solution cell must name its exercise with '#| solves: <id>'; known exercises: {', '.join(sorted(exercise_ids))}",
+            )
         if sol.solves in solved:
-            raise SourceError(where, sol.line, f"exercise {sol.solves!r} already has a solution on line {solved[sol.solves]}")
+            raise SourceError(
+                where, sol.line, f"exercise {sol.solves!r} already has a solution on line {solved[sol.solves]}"
+            )
         solved[sol.solves] = sol.line
     for ex in exercises:
         if ex.id not in solved:
@@ -300,7 +328,11 @@ def _validate(lesson: Lesson, where: str) -> None:
 
     question_ids = [d.id for d in lesson.questions]
     if sorted(q for q in question_ids if q) != list(QUESTION_IDS) or len(question_ids) != 3:
-        raise SourceError(where, _heading_line(lesson, "三个问答题"), f"a lesson needs exactly three questions with ids q1, q2, q3; found {question_ids or 'none'}")
+        raise SourceError(
+            where,
+            _heading_line(lesson, "三个问答题"),
+            f"a lesson needs exactly three questions with ids q1, q2, q3; found {question_ids or 'none'}",
+        )
     for div in lesson.divs:
         if div.role == "question" and any(a.line < div.line < a.end_line for a in answers):
             raise SourceError(where, div.line, "a question cannot sit inside the answer block")
@@ -313,7 +345,9 @@ def _validate(lesson: Lesson, where: str) -> None:
         found = [d for d in lesson.divs if d.role == "keypoints" and d.attrs.get("question") == qid]
         if len(found) != 1:
             line = answers[0].line if answers else 1
-            raise SourceError(where, line, f"the answer block needs exactly one keypoints div for {qid}; found {len(found)}")
+            raise SourceError(
+                where, line, f"the answer block needs exactly one keypoints div for {qid}; found {len(found)}"
+            )
         if not lesson.keypoints(qid):
             raise SourceError(where, found[0].line, f"the key points of {qid} must be a bullet list")
 

@@ -42,7 +42,11 @@ def build_notebook(lesson: Lesson, *, reference: bool = False) -> NotebookNode:
         cells.append(nbformat.v4.new_code_cell(code.strip("\n"), id=ex.id, metadata=_meta(lesson, "exercise", ex.id)))
     for qid in QUESTION_IDS:
         prompt_id = f"{qid}-prompt"
-        cells.append(nbformat.v4.new_markdown_cell(lesson.question_text(qid), id=prompt_id, metadata=_meta(lesson, "prompt", prompt_id)))
+        cells.append(
+            nbformat.v4.new_markdown_cell(
+                lesson.question_text(qid), id=prompt_id, metadata=_meta(lesson, "prompt", prompt_id)
+            )
+        )
         answer = "\n".join(lesson.keypoints(qid)) if reference else ANSWER_PLACEHOLDER
         cells.append(nbformat.v4.new_markdown_cell(answer, id=qid, metadata=_meta(lesson, "answer", qid)))
     nb.cells = cells

@@ -33,7 +33,9 @@ def publish_tree(repo: Path, tree_dir: Path, branch: str, message: str) -> str |
         _git(repo, "add", "--all", "--force", ".", env=env, work_tree=tree_dir)
         tree = _git(repo, "write-tree", env=env)
     ref = f"refs/heads/{branch}"
-    exists = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", ref], capture_output=True, text=True)
+    exists = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", ref], capture_output=True, text=True
+    )
     parent = exists.stdout.strip() if exists.returncode == 0 else None
     if parent and _git(repo, "rev-parse", f"{parent}^{{tree}}") == tree:
         return None
@@ -45,5 +47,7 @@ def publish_tree(repo: Path, tree_dir: Path, branch: str, message: str) -> str |
 def repo_root(path: Path) -> Path:
     proc = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise CourseError(f"{path} is not inside a git repository: run 'git init' first, or publish from the course repo")
+        raise CourseError(
+            f"{path} is not inside a git repository: run 'git init' first, or publish from the course repo"
+        )
     return Path(proc.stdout.strip())

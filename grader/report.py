@@ -26,8 +26,12 @@ def _md_escape(text: str) -> str:
 
 def feedback_markdown(result: dict[str, Any]) -> str:
     verdict = "通过" if result["passed"] else "未通过"
-    lines = [f"# {result.get('lesson') or '未知课次'} 评分反馈：{_md_escape(str(result.get('file', '')))}", "",
-             f"**总分 {result['total']:g} / {result['max']:g}，{verdict}**（通过线 {result.get('pass_mark', 8):g} 分且没有一票否决项）", ""]
+    lines = [
+        f"# {result.get('lesson') or '未知课次'} 评分反馈：{_md_escape(str(result.get('file', '')))}",
+        "",
+        f"**总分 {result['total']:g} / {result['max']:g}，{verdict}**（通过线 {result.get('pass_mark', 8):g} 分且没有一票否决项）",
+        "",
+    ]
     for err in result.get("errors", []):
         lines.append(f"> {_md_escape(err)}")
     if result.get("errors"):
@@ -39,7 +43,9 @@ def feedback_markdown(result: dict[str, Any]) -> str:
     if result.get("vetoes"):
         lines += ["## 一票否决", "", "以下句子陈述了本课列出的典型误解，因此本次提交判为未通过：", ""]
         for v in result["vetoes"]:
-            lines.append(f"- {ITEM_NAMES.get(v['question'], v['question'])}：「{_md_escape(v['evidence'])}」——{_md_escape(v['message'])}")
+            lines.append(
+                f"- {ITEM_NAMES.get(v['question'], v['question'])}：「{_md_escape(v['evidence'])}」——{_md_escape(v['message'])}"
+            )
         lines.append("")
     for o in result.get("overrides", []):
         lines.append(f"> 教师调整：{_md_escape(str(o['target']))}（{_md_escape(str(o['reason']))}）")
@@ -48,8 +54,10 @@ def feedback_markdown(result: dict[str, Any]) -> str:
 
 def feedback_html(result: dict[str, Any]) -> str:
     body = _MD.render(feedback_markdown(result))
-    return ("<!doctype html>\n<html lang=\"zh\">\n<head><meta charset=\"utf-8\"><title>评分反馈</title></head>\n"
-            f"<body>\n{body}</body>\n</html>\n")
+    return (
+        '<!doctype html>\n<html lang="zh">\n<head><meta charset="utf-8"><title>评分反馈</title></head>\n'
+        f"<body>\n{body}</body>\n</html>\n"
+    )
 
 
 def report_name(result: dict[str, Any], index: int) -> str:
@@ -74,9 +82,18 @@ def gradebook_csv(results: list[dict[str, Any]]) -> str:
     writer.writerow(CSV_COLUMNS)
     for r in results:
         points = {i["id"]: i["points"] for i in r["items"]}
-        writer.writerow([r.get("file", ""), r.get("lesson") or "", *(f"{points.get(k, 0):g}" for k in ("code", "q1", "q2", "q3")),
-                         f"{r['total']:g}", "yes" if r["passed"] else "no", ";".join(v["id"] for v in r["vetoes"]),
-                         " | ".join(r.get("errors", [])), "yes" if r.get("overrides") else "no"])
+        writer.writerow(
+            [
+                r.get("file", ""),
+                r.get("lesson") or "",
+                *(f"{points.get(k, 0):g}" for k in ("code", "q1", "q2", "q3")),
+                f"{r['total']:g}",
+                "yes" if r["passed"] else "no",
+                ";".join(v["id"] for v in r["vetoes"]),
+                " | ".join(r.get("errors", [])),
+                "yes" if r.get("overrides") else "no",
+            ]
+        )
     return out.getvalue()
 
 
@@ -86,8 +103,16 @@ def table(results: list[dict[str, Any]]) -> str:
     for r in results:
         p = {i["id"]: i["points"] for i in r["items"]}
         note = ", ".join(v["id"] for v in r["vetoes"]) or (r["errors"][0][:60] if r.get("errors") else "")
-        rows.append([str(r.get("file", "")), str(r.get("lesson") or "?"), *(f"{p.get(k, 0):g}" for k in ("code", "q1", "q2", "q3")),
-                     f"{r['total']:g}/{r['max']:g}", "PASS" if r["passed"] else "fail", note])
+        rows.append(
+            [
+                str(r.get("file", "")),
+                str(r.get("lesson") or "?"),
+                *(f"{p.get(k, 0):g}" for k in ("code", "q1", "q2", "q3")),
+                f"{r['total']:g}/{r['max']:g}",
+                "PASS" if r["passed"] else "fail",
+                note,
+            ]
+        )
     widths = [max(_width(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     lines = []
     for n, row in enumerate(rows):

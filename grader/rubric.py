@@ -24,15 +24,78 @@ from .yamlio import load_yaml
 
 # --- cue lists -------------------------------------------------------------------------------
 _NEG_CUES = [
-    "并不是", "并没有", "并非", "并不", "不是", "没有", "无法", "无需", "不需要", "不需", "不用", "不必", "不能", "不会",
-    "不可能", "不可以", "不再", "未能", "未必", "毋须", "不", "没", "无", "未", "非", "别", "勿",
-    "not", "no", "never", "cannot", "can't", "doesn't", "don't", "isn't", "won't", "without",
+    "并不是",
+    "并没有",
+    "并非",
+    "并不",
+    "不是",
+    "没有",
+    "无法",
+    "无需",
+    "不需要",
+    "不需",
+    "不用",
+    "不必",
+    "不能",
+    "不会",
+    "不可能",
+    "不可以",
+    "不再",
+    "未能",
+    "未必",
+    "毋须",
+    "不",
+    "没",
+    "无",
+    "未",
+    "非",
+    "别",
+    "勿",
+    "not",
+    "no",
+    "never",
+    "cannot",
+    "can't",
+    "doesn't",
+    "don't",
+    "isn't",
+    "won't",
+    "without",
 ]
 # Words that contain a cue character but do not negate what follows.
 _FALSE_CUES = [
-    "区别", "差别", "分别", "特别", "别的", "类别", "不仅", "不只", "不但", "不光", "不论", "无论", "不管", "不断",
-    "不少", "不同", "不过", "非常", "无限", "未来", "除非", "无非", "不外乎", "毫无疑问", "不得不", "非得", "非线性",
-    "并非只", "不止", "无关紧要", "不一样", "无穷",
+    "区别",
+    "差别",
+    "分别",
+    "特别",
+    "别的",
+    "类别",
+    "不仅",
+    "不只",
+    "不但",
+    "不光",
+    "不论",
+    "无论",
+    "不管",
+    "不断",
+    "不少",
+    "不同",
+    "不过",
+    "非常",
+    "无限",
+    "未来",
+    "除非",
+    "无非",
+    "不外乎",
+    "毫无疑问",
+    "不得不",
+    "非得",
+    "非线性",
+    "并非只",
+    "不止",
+    "无关紧要",
+    "不一样",
+    "无穷",
 ]
 _POST_NEG = re.compile(r"^(?:不了|不下|不到|不动|不成|不起|不开|不完)")
 _A_NOT_A = re.compile(r"([\u4e00-\u9fff])[不没]\1")
@@ -116,7 +179,9 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
     regions: list[tuple[int, int, str]] = []
     refutations = list(_REFUTATION.finditer(text))
     for m in _REPORTED.finditer(text):
-        ends = [c.start() for c in _CONTRAST.finditer(text, m.end())] + [r.start() for r in refutations if r.start() >= m.end()]
+        ends = [c.start() for c in _CONTRAST.finditer(text, m.end())] + [
+            r.start() for r in refutations if r.start() >= m.end()
+        ]
         regions.append((m.start(), min(ends, default=len(text)), "reported"))
     if _REFUTATION_START.search(next_text):
         return "refuted", ()
@@ -238,7 +303,10 @@ class AnswerResult:
         return {
             "points": self.points,
             "max": self.max,
-            "key_points": [{"id": k.id, "points": k.points, "evidence": e.sentence, "span": [e.start, e.end]} for k, e in self.found],
+            "key_points": [
+                {"id": k.id, "points": k.points, "evidence": e.sentence, "span": [e.start, e.end]}
+                for k, e in self.found
+            ],
             "missing": [k.id for k in self.missing],
             "vetoes": [{"id": v.id, "evidence": e.sentence, "span": [e.start, e.end]} for v, e in self.vetoes],
             "suppressed": [{"id": v.id, "evidence": e.sentence, "reason": r} for v, e, r in self.suppressed],
@@ -296,7 +364,11 @@ class _Loader:
             raise self.fail(where, f"{where}: unknown pattern key(s) {sorted(unknown)}")
         if "at_least" in raw:
             groups = raw.get("of")
-            if not isinstance(groups, list) or not isinstance(raw["at_least"], int) or not 0 < raw["at_least"] <= len(groups):
+            if (
+                not isinstance(groups, list)
+                or not isinstance(raw["at_least"], int)
+                or not 0 < raw["at_least"] <= len(groups)
+            ):
                 raise self.fail(where, f"{where}: 'at_least: N' needs 'of:' with at least N groups")
             return Pattern(None, [self.regex(g, where) for g in groups], at_least=raw["at_least"])
         if "head" not in raw:
@@ -310,8 +382,15 @@ class _Loader:
         span = raw.get("span")
         if span is not None and (not isinstance(span, int) or span <= 0):
             raise self.fail(where, f"{where}: span must be a positive number of characters")
-        return Pattern(self.regex(raw["head"], where), [self.regex(g, where) for g in groups], polarity, span,
-                       int(raw.get("context", 0)), bool(raw.get("clause", False)), [self.regex(u, where) for u in raw.get("unless", [])])
+        return Pattern(
+            self.regex(raw["head"], where),
+            [self.regex(g, where) for g in groups],
+            polarity,
+            span,
+            int(raw.get("context", 0)),
+            bool(raw.get("clause", False)),
+            [self.regex(u, where) for u in raw.get("unless", [])],
+        )
 
     def patterns(self, raw: dict[str, Any], where: str) -> list[Pattern]:
         pats = raw.get("any")
@@ -366,14 +445,26 @@ def load_rubric(path: Path, display: str) -> Rubric:
         if not isinstance(raw.get("explain"), str):
             raise ld.fail(where, f"veto {vid}: needs 'explain:', the explanation shown to the student")
         examples = raw.get("examples") or {}
-        vetoes.append(Veto(vid, tuple(questions), str(raw.get("says", vid)), raw["explain"], ld.patterns(raw, where),
-                           [ld.regex(u, where) for u in raw.get("unless", [])], [ld.regex(u, where) for u in raw.get("unless_clause", [])],
-                           list(examples.get("fire", [])), list(examples.get("keep", []))))
+        vetoes.append(
+            Veto(
+                vid,
+                tuple(questions),
+                str(raw.get("says", vid)),
+                raw["explain"],
+                ld.patterns(raw, where),
+                [ld.regex(u, where) for u in raw.get("unless", [])],
+                [ld.regex(u, where) for u in raw.get("unless_clause", [])],
+                list(examples.get("fire", [])),
+                list(examples.get("keep", [])),
+            )
+        )
     return Rubric(display, key_points, vetoes)
 
 
 # --- matching --------------------------------------------------------------------------------
-def _match(p: Pattern, sentences: list[Sentence], i: int, allowed: tuple[str, ...]) -> tuple[Evidence | None, str | None]:
+def _match(
+    p: Pattern, sentences: list[Sentence], i: int, allowed: tuple[str, ...]
+) -> tuple[Evidence | None, str | None]:
     """Try a head-pattern on sentence i. Returns (evidence, None) on a match, or (None, why-not)."""
     s = sentences[i]
     assert p.head is not None
@@ -388,7 +479,10 @@ def _match(p: Pattern, sentences: list[Sentence], i: int, allowed: tuple[str, ..
             continue
         masks = tuple(m.span() for g in p.groups for m in g.finditer(s.text))
         if p.span is not None:
-            spans = [h.span()] + [min((m.span() for m in g.finditer(s.text)), key=lambda sp: abs(sp[0] - h.start()), default=h.span()) for g in p.groups]
+            spans = [h.span()] + [
+                min((m.span() for m in g.finditer(s.text)), key=lambda sp: abs(sp[0] - h.start()), default=h.span())
+                for g in p.groups
+            ]
             if max(e for _, e in spans) - min(b for b, _ in spans) > p.span:
                 continue
         status = _status_at(s, h.start())
@@ -407,7 +501,10 @@ def _count(p: Pattern, sentences: list[Sentence], allowed: tuple[str, ...]) -> E
     hits: dict[int, Sentence] = {}
     for gi, g in enumerate(p.groups):
         for s in sentences:
-            if any(not negated(s.text, m.start(), m.end()) and _status_at(s, m.start()) in allowed for m in g.finditer(s.text)):
+            if any(
+                not negated(s.text, m.start(), m.end()) and _status_at(s, m.start()) in allowed
+                for m in g.finditer(s.text)
+            ):
                 hits[gi] = s
                 break
     if len(hits) < p.at_least:
@@ -420,7 +517,9 @@ KEY_POINT_STATUSES = ("asserted", "hedged")
 VETO_STATUSES = ("asserted",)
 
 
-def find(patterns: list[Pattern], sentences: list[Sentence], allowed: tuple[str, ...]) -> tuple[Evidence | None, str | None]:
+def find(
+    patterns: list[Pattern], sentences: list[Sentence], allowed: tuple[str, ...]
+) -> tuple[Evidence | None, str | None]:
     why: str | None = None
     for p in patterns:
         if p.at_least:
@@ -474,8 +573,9 @@ def _veto(veto: Veto, sentences: list[Sentence]) -> tuple[Evidence, str | None] 
                     suppressed = (Evidence(s.original, 0, 0), why)
                 continue
             lo, hi = _clause(s.text, ev.start)
-            unless = next((m for u in veto.unless + p.unless if (m := u.search(s.text))), None) or \
-                next((m for u in veto.unless_clause if (m := u.search(s.text, lo, hi))), None)
+            unless = next((m for u in veto.unless + p.unless if (m := u.search(s.text))), None) or next(
+                (m for u in veto.unless_clause if (m := u.search(s.text, lo, hi))), None
+            )
             status = _status_at(s, ev.start)
             if unless is not None:
                 suppressed = suppressed or (ev, f"unless: {unless.group(0)}")
@@ -495,4 +595,3 @@ def example_outcomes(rubric: Rubric) -> list[tuple[Veto, str, str, bool]]:
                 fired = any(v.id in {x.id for x, _ in score_answer(rubric, q, text).vetoes} for q in v.questions)
                 out.append((v, kind, text, fired))
     return out
-

@@ -62,12 +62,35 @@ def sandbox_prefix(ipc_dir: Path, limits: Limits, uid: int) -> list[str]:
     runtime = [p for p in _runtime_paths() if not str(p).startswith("/usr/")]
     cmd = [
         bwrap,
-        "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-        "--die-with-parent", "--new-session",
-        "--ro-bind", "/usr", "/usr",
-        "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--symlink", "usr/bin", "/bin",
-        "--proc", "/proc", "--dev", "/dev",
-        "--perms", "1777", "--size", str(limits.file_size_mb * 4 * 1024 * 1024), "--tmpfs", "/tmp",
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(limits.file_size_mb * 4 * 1024 * 1024),
+        "--tmpfs",
+        "/tmp",
     ]
     for parent in _parents(runtime + [ipc_dir]):
         cmd += ["--perms", "0755", "--dir", str(parent)]
@@ -75,13 +98,29 @@ def sandbox_prefix(ipc_dir: Path, limits: Limits, uid: int) -> list[str]:
         cmd += ["--ro-bind", str(path), str(path)]
     cmd += ["--bind", str(ipc_dir), str(ipc_dir), "--chdir", "/tmp", "--clearenv"]
     env = {
-        "HOME": "/tmp", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "IPYTHONDIR": "/tmp/.ipython",
-        "MPLBACKEND": "Agg", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1",
-        "JUPYTER_PLATFORM_DIRS": "1", "JUPYTER_RUNTIME_DIR": "/tmp/.jupyter",
+        "HOME": "/tmp",
+        "PATH": "/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "IPYTHONDIR": "/tmp/.ipython",
+        "MPLBACKEND": "Agg",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "JUPYTER_RUNTIME_DIR": "/tmp/.jupyter",
     }
     for key, value in env.items():
         cmd += ["--setenv", key, value]
-    cmd += ["--", "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    cmd += [
+        "--",
+        "setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--",
+    ]
     cmd += [
         "prlimit",
         f"--as={limits.memory_mb * 1024 * 1024}",

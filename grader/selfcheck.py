@@ -24,8 +24,10 @@ def check_lesson(grader: Grader, slug: str) -> tuple[list[str], float]:
     ref = grader.grade_bytes(dumps(build_notebook(kit.lesson, reference=True)).encode(), f"{slug}-reference.ipynb")
     elapsed = time.perf_counter() - started
     if ref["total"] != 10 or ref["vetoes"]:
-        problems.append(f"reference submission scores {ref['total']}/10, vetoes {[v['id'] for v in ref['vetoes']]}: "
-                        + "; ".join(m for i in ref["items"] for m in i["messages"] if m.startswith("✗")))
+        problems.append(
+            f"reference submission scores {ref['total']}/10, vetoes {[v['id'] for v in ref['vetoes']]}: "
+            + "; ".join(m for i in ref["items"] for m in i["messages"] if m.startswith("✗"))
+        )
     blank = grader.grade_bytes(dumps(build_notebook(kit.lesson)).encode(), f"{slug}-untouched.ipynb")
     code = next(i for i in blank["items"] if i["id"] == "code")
     if code["points"] != 0:
@@ -33,7 +35,9 @@ def check_lesson(grader: Grader, slug: str) -> tuple[list[str], float]:
     for qid in QUESTION_IDS:
         res = score_answer(kit.rubric, qid, "\n".join(kit.lesson.keypoints(qid)))
         if res.points != 2 or res.vetoes:
-            problems.append(f"{qid} key points score {res.points}/2 (missing {[k.id for k in res.missing]}), vetoes {[v.id for v, _ in res.vetoes]}")
+            problems.append(
+                f"{qid} key points score {res.points}/2 (missing {[k.id for k in res.missing]}), vetoes {[v.id for v, _ in res.vetoes]}"
+            )
     if len(kit.rubric.vetoes) < 3:
         problems.append(f"only {len(kit.rubric.vetoes)} vetoes (at least 3)")
     for v in kit.rubric.vetoes:

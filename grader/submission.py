@@ -35,13 +35,19 @@ class Submission:
 def read_notebook(data: bytes, name: str, max_bytes: int) -> nbformat.NotebookNode:
     """Parse bytes as a notebook, or raise SubmissionError with a clear reason."""
     if len(data) > max_bytes:
-        raise SubmissionError(f"{name}：文件有 {len(data):,} 字节，超过上限 {max_bytes:,} 字节。请清除输出（Kernel → Restart & Clear Output）后重新提交。")
+        raise SubmissionError(
+            f"{name}：文件有 {len(data):,} 字节，超过上限 {max_bytes:,} 字节。请清除输出（Kernel → Restart & Clear Output）后重新提交。"
+        )
     try:
         raw = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise SubmissionError(f"{name}：不是有效的 notebook（.ipynb 应为 JSON 文本：{type(exc).__name__}）。请提交从课程网站下载并填写后的 .ipynb 文件。") from None
+        raise SubmissionError(
+            f"{name}：不是有效的 notebook（.ipynb 应为 JSON 文本：{type(exc).__name__}）。请提交从课程网站下载并填写后的 .ipynb 文件。"
+        ) from None
     if not isinstance(raw, dict) or not isinstance(raw.get("cells"), list) or raw.get("nbformat") != 4:
-        raise SubmissionError(f"{name}：不是 nbformat 4 的 notebook（缺少 cells 列表或版本不是 4）。请提交课程生成的 .ipynb 文件。")
+        raise SubmissionError(
+            f"{name}：不是 nbformat 4 的 notebook（缺少 cells 列表或版本不是 4）。请提交课程生成的 .ipynb 文件。"
+        )
     try:
         return nbformat.from_dict(raw)
     except Exception:  # noqa: BLE001
@@ -71,7 +77,9 @@ def extract(nb: nbformat.NotebookNode, lesson: Lesson, name: str) -> Submission:
     """Take each exercise's code and each answer's text from a notebook of ``lesson``."""
     found = lesson_of(nb)
     if found is None:
-        raise SubmissionError(f"{name}：notebook 中没有课程信息（metadata.course），无法判断是哪一课。请从课程网站下载本课的 notebook 后填写。")
+        raise SubmissionError(
+            f"{name}：notebook 中没有课程信息（metadata.course），无法判断是哪一课。请从课程网站下载本课的 notebook 后填写。"
+        )
     if found != lesson.slug:
         raise SubmissionError(f"{name}：这是 {found} 的 notebook，而不是 {lesson.slug} 的。请提交对应课次的 notebook。")
 
@@ -92,7 +100,10 @@ def extract(nb: nbformat.NotebookNode, lesson: Lesson, name: str) -> Submission:
             sub.note(item, f"单元「{ident}」 被复制过；只评阅原来的那一个。")
             claims = originals
         if not claims:
-            sub.note(item, f"找不到单元「{ident}」（可能被删除，或其元数据被修改）。请重新下载 notebook，把内容粘贴回对应单元。")
+            sub.note(
+                item,
+                f"找不到单元「{ident}」（可能被删除，或其元数据被修改）。请重新下载 notebook，把内容粘贴回对应单元。",
+            )
             _missing(sub, ident, role)
             continue
         cell = cells[claims[0]]

@@ -10,7 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-MINIMAL_LESSON = '''---
+MINIMAL_LESSON = """---
 title: "第 9 课：测试"
 lesson: 9
 prerequisites: []
@@ -80,7 +80,7 @@ def add(a, b):
 - 要点三
 :::
 :::
-'''
+"""
 
 
 @pytest.fixture

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import nbformat
 
@@ -19,8 +20,14 @@ def reference_code(course: Course, slug: str = "lesson04") -> str:
     return "\n".join(lesson.solution_for(ex.id).code for ex in lesson.exercises)
 
 
-def submission(course: Course, slug: str = "lesson04", *, code: str | None = None, answers: dict[str, str] | None = None,
-               mutate: Callable[[nbformat.NotebookNode], Any] | None = None) -> bytes:
+def submission(
+    course: Course,
+    slug: str = "lesson04",
+    *,
+    code: str | None = None,
+    answers: dict[str, str] | None = None,
+    mutate: Callable[[nbformat.NotebookNode], Any] | None = None,
+) -> bytes:
     """The reference notebook of a lesson, with the exercise code and/or answers replaced."""
     lesson = course.lessons[slug]
     nb = build_notebook(lesson, reference=True)

@@ -17,16 +17,22 @@ import threading
 import time
 
 import pytest
+from helpers import REPO, item, reference_code, submission
 
 from grader.course import load_course
 from grader.grade import Grader
 from grader.kernel import KernelSession, RunReport
 
-from helpers import REPO, item, reference_code, submission
-
 COURSE = load_course(REPO)
-LIMITS = dataclasses.replace(COURSE.limits, cell_timeout_s=3, submission_timeout_s=12, output_bytes_per_cell=20_000,
-                             output_bytes_total=50_000, memory_mb=768, max_processes=48)
+LIMITS = dataclasses.replace(
+    COURSE.limits,
+    cell_timeout_s=3,
+    submission_timeout_s=12,
+    output_bytes_per_cell=20_000,
+    output_bytes_total=50_000,
+    memory_mb=768,
+    max_processes=48,
+)
 FAST = dataclasses.replace(COURSE, limits=LIMITS)
 BLANK = next(c for c in COURSE.lessons["lesson04"].exercises).code
 # A wrong but honest attempt: bucket order ignored, no overlap modelled.
@@ -74,7 +80,7 @@ def messages(result):
 def test_reading_the_course_repo_fails(grader):
     attack = f"""
 import re
-src = open({str(REPO / 'lessons/lesson04.qmd')!r}, encoding='utf-8').read()
+src = open({str(REPO / "lessons/lesson04.qmd")!r}, encoding='utf-8').read()
 code = re.search(r"#\\| solves: ex-dp\\n(.*?)```", src, re.S).group(1)
 exec(code)
 """
@@ -87,7 +93,11 @@ def test_nothing_of_the_host_is_visible_from_a_kernel():
     session.start()
     try:
         report = RunReport()
-        session.run_cells([("probe", """
+        session.run_cells(
+            [
+                (
+                    "probe",
+                    """
 import os
 def probe(paths):
     out = {}
@@ -98,9 +108,19 @@ def probe(paths):
         except Exception as e:
             out[p] = type(e).__name__
     return {'root': sorted(os.listdir('/')), 'files': out, 'uid': os.getuid(), 'pid': os.getpid()}
-""")], report)
-        targets = [str(REPO / "solutions/lesson04/checks.py"), str(REPO / "solutions/lesson04/rubric.yml"),
-                   str(REPO / "pyproject.toml"), "/root/.bashrc", "/etc/passwd", "/etc/shadow"]
+""",
+                )
+            ],
+            report,
+        )
+        targets = [
+            str(REPO / "solutions/lesson04/checks.py"),
+            str(REPO / "solutions/lesson04/rubric.yml"),
+            str(REPO / "pyproject.toml"),
+            "/root/.bashrc",
+            "/etc/passwd",
+            "/etc/shadow",
+        ]
         got = session.call("probe", [targets], {})
     finally:
         session.close()
@@ -136,7 +156,11 @@ def test_no_network_to_loopback_or_host_addresses():
     session = KernelSession(LIMITS, sandbox=True)
     session.start()
     try:
-        session.run_cells([("net", """
+        session.run_cells(
+            [
+                (
+                    "net",
+                    """
 import socket
 def connect(hosts, port):
     out = {}
@@ -147,7 +171,11 @@ def connect(hosts, port):
         except OSError as e:
             out[h] = type(e).__name__
     return out
-""")], RunReport())
+""",
+                )
+            ],
+            RunReport(),
+        )
         got = session.call("connect", [_local_addresses(), port], {})
     finally:
         session.close()
@@ -202,7 +230,9 @@ def test_memory_fork_and_disk_bombs_leave_the_batch_intact(tmp_path):
 
 def test_processes_and_threads_do_not_outlive_the_submission(grader):
     marker = "course-attack-marker-31337"
-    attack = BLANK + f"""
+    attack = (
+        BLANK
+        + f"""
 import subprocess, threading, time
 subprocess.Popen(['/bin/sh', '-c', 'exec -a {marker} sleep 1000'])
 def spin():
@@ -210,6 +240,7 @@ def spin():
         time.sleep(0.01)
 threading.Thread(target=spin, daemon=False).start()
 """
+    )
     r = grade(grader, attack)
     assert code_points(r) == 0
     time.sleep(0.5)
@@ -217,13 +248,19 @@ threading.Thread(target=spin, daemon=False).start()
     assert marker not in ps
 
 
-@pytest.mark.parametrize("attack, words", [
-    ("import os\nos._exit(0)\n", "内核退出"),
-    ("import sys\nsys.exit(0)\n", ""),
-    ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", "PermissionError"),
-    ("import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n    signal.signal(s, signal.SIG_IGN)\n", ""),
-    ("import sys\nsys.setrecursionlimit(10**6)\ndef f(n):\n    return f(n + 1)\nf(0)\n", ""),
-])
+@pytest.mark.parametrize(
+    "attack, words",
+    [
+        ("import os\nos._exit(0)\n", "内核退出"),
+        ("import sys\nsys.exit(0)\n", ""),
+        ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n", "PermissionError"),
+        (
+            "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n    signal.signal(s, signal.SIG_IGN)\n",
+            "",
+        ),
+        ("import sys\nsys.setrecursionlimit(10**6)\ndef f(n):\n    return f(n + 1)\nf(0)\n", ""),
+    ],
+)
 def test_killing_exiting_and_crashing(grader, attack, words):
     r = grade(grader, BLANK + "\n" + attack)
     assert code_points(r) == 0 and words in messages(r)
@@ -237,7 +274,9 @@ def test_output_flood_is_capped(grader):
 # --- forging results -------------------------------------------------------------------------
 def test_printing_fake_results_gains_nothing(grader, honest_wrong):
     fake = json.dumps({"total": 10, "passed": True, "items": [{"id": "code", "points": 4}]})
-    attack = WRONG + f"""
+    attack = (
+        WRONG
+        + f"""
 print({fake!r})
 print('{{"ok": [[\\"d\\"], [\\"c\\", \\"b\\"], [\\"a\\"]]}}')
 def _say(*a, **k):
@@ -245,16 +284,20 @@ def _say(*a, **k):
     return 0
 gbs_tokens = _say
 """
+    )
     r = grade(grader, attack)
     assert code_points(r) <= honest_wrong and r["total"] < 10
 
 
-@pytest.mark.parametrize("patch", [
-    "import numpy\nnumpy.allclose = lambda *a, **k: True\nnumpy.isclose = lambda *a, **k: True\n",
-    "import builtins, math\nbuiltins.isinstance = lambda *a: True\nbuiltins.len = lambda x: 0\nmath.isclose = lambda *a, **k: True\n",
-    "import json\n_real = json.dumps\njson.dumps = lambda obj, *a, **k: _real({'ok': 0})\njson.loads = lambda s, *a, **k: {'args': [], 'kwargs': {}}\n",
-    "from IPython.core.interactiveshell import InteractiveShell\nInteractiveShell.showtraceback = lambda *a, **k: None\nInteractiveShell.showsyntaxerror = lambda *a, **k: None\n",
-])
+@pytest.mark.parametrize(
+    "patch",
+    [
+        "import numpy\nnumpy.allclose = lambda *a, **k: True\nnumpy.isclose = lambda *a, **k: True\n",
+        "import builtins, math\nbuiltins.isinstance = lambda *a: True\nbuiltins.len = lambda x: 0\nmath.isclose = lambda *a, **k: True\n",
+        "import json\n_real = json.dumps\njson.dumps = lambda obj, *a, **k: _real({'ok': 0})\njson.loads = lambda s, *a, **k: {'args': [], 'kwargs': {}}\n",
+        "from IPython.core.interactiveshell import InteractiveShell\nInteractiveShell.showtraceback = lambda *a, **k: None\nInteractiveShell.showsyntaxerror = lambda *a, **k: None\n",
+    ],
+)
 def test_patching_what_tests_rely_on_gains_nothing(grader, honest_wrong, patch):
     r = grade(grader, WRONG + "\n" + patch)
     assert code_points(r) <= honest_wrong
@@ -288,14 +331,17 @@ def test_hostile_return_values_gain_nothing(grader):
 # --- files, tags, ids, kernelspecs ------------------------------------------------------------
 def test_writing_where_results_go_has_no_effect(grader, tmp_path):
     target = tmp_path / "result.json"
-    attack = BLANK + f"""
+    attack = (
+        BLANK
+        + f"""
 import os
-for p in [{str(target)!r}, {str(REPO / 'examples/submissions/lesson04/reference.ipynb')!r}]:
+for p in [{str(target)!r}, {str(REPO / "examples/submissions/lesson04/reference.ipynb")!r}]:
     try:
         open(p, 'w').write('{{"total": 10, "passed": true}}')
     except OSError:
         pass
 """
+    )
     before = (REPO / "examples/submissions/lesson04/reference.ipynb").read_bytes()
     r = grade(grader, attack)
     assert code_points(r) == 0 and not target.exists()
@@ -311,6 +357,7 @@ def test_skip_execution_tag_and_foreign_kernelspec_are_ignored(grader):
             cell.outputs = [] if cell.cell_type == "code" else None
             if cell.outputs is None:
                 del cell["outputs"]
+
     r = grader.grade_bytes(submission(COURSE, mutate=tamper), "tags.ipynb")
     assert r["total"] == 10  # the reference code still runs in python3, tags and extra metadata ignored
     r = grader.grade_bytes(submission(COURSE, code=BLANK, mutate=tamper), "tags-blank.ipynb")
@@ -323,6 +370,7 @@ def test_exercise_id_swapped_with_another_cell(grader):
         q1 = next(c for c in nb.cells if c.id == "q1")
         ex.metadata["course"]["id"], q1.metadata["course"]["id"] = "q1", "ex-dp"
         ex.id, q1.id = "q1", "ex-dp"
+
     r = grader.grade_bytes(submission(COURSE, mutate=swap), "swap.ipynb")
     assert code_points(r) == 0 and item(r, "q1")["points"] == 0
     assert "类型或角色被改动" in messages(r)
@@ -339,6 +387,18 @@ def test_sandbox_off_is_recorded():
 
 def test_grade_refuses_without_bubblewrap(tmp_path):
     env = dict(os.environ, PATH=str(tmp_path))  # no bwrap on PATH
-    proc = subprocess.run([sys.executable, "-m", "grader.cli", "--root", str(REPO), "grade", str(REPO / "examples/submissions/lesson04/reference.ipynb")],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grader.cli",
+            "--root",
+            str(REPO),
+            "grade",
+            str(REPO / "examples/submissions/lesson04/reference.ipynb"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 2 and "apt-get install bubblewrap" in proc.stderr and "--no-sandbox" in proc.stderr

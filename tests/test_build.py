@@ -7,13 +7,12 @@ import re
 from pathlib import Path
 
 import nbformat
+from conftest import git
 
 from grader.build import build
 from grader.cli import main
 from grader.course import load_course
 from grader.lesson import Lesson
-
-from conftest import git
 
 
 def built_text(tree: Path) -> dict[str, str]:

@@ -11,14 +11,13 @@ import sys
 
 import nbformat
 import pytest
+from helpers import REPO, item, reference_code, submission
 
 from grader.cli import main
 from grader.course import load_course
-from grader.grade import Grader, apply_overrides, load_overrides
 from grader.errors import SourceError
+from grader.grade import Grader, apply_overrides, load_overrides
 from grader.report import feedback_html
-
-from helpers import REPO, item, reference_code, submission
 
 SAMPLES = REPO / "examples/submissions/lesson04"
 
@@ -85,8 +84,10 @@ def test_same_notebook_same_result(grader):
 
 def test_failure_messages_reveal_no_hidden_inputs(course, grader):
     # A solution that is wrong only on hidden, randomly drawn inputs, and that prints its inputs.
-    code = reference_code(course).replace("    return int(mbs * grad_acc * dp * seq)",
-                                          "    print('INPUTS', mbs, grad_acc, dp, seq)\n    raise ValueError(f'{mbs},{grad_acc},{dp},{seq}')")
+    code = reference_code(course).replace(
+        "    return int(mbs * grad_acc * dp * seq)",
+        "    print('INPUTS', mbs, grad_acc, dp, seq)\n    raise ValueError(f'{mbs},{grad_acc},{dp},{seq}')",
+    )
     result = grader.grade_bytes(submission(course, code=code), "leaky.ipynb")
     text = json.dumps(result, ensure_ascii=False)
     assert "INPUTS" not in text and "ValueError" in text
@@ -122,12 +123,20 @@ def test_cell_structure_problems_are_reported_per_item(course, grader):
     assert item(r, "code")["points"] == 4 and any("顺序被移动" in m for m in item(r, "code")["messages"])
 
 
-@pytest.mark.parametrize("data, fragment", [
-    (b"this is not json", "不是有效的 notebook"),
-    (b'{"cells": [], "nbformat": 3}', "不是 nbformat 4"),
-    (json.dumps({"cells": [], "metadata": {"course": {"lesson": "lesson09"}}, "nbformat": 4, "nbformat_minor": 5}).encode(), "没有可识别的课次"),
-    (json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode(), "没有可识别的课次"),
-])
+@pytest.mark.parametrize(
+    "data, fragment",
+    [
+        (b"this is not json", "不是有效的 notebook"),
+        (b'{"cells": [], "nbformat": 3}', "不是 nbformat 4"),
+        (
+            json.dumps(
+                {"cells": [], "metadata": {"course": {"lesson": "lesson09"}}, "nbformat": 4, "nbformat_minor": 5}
+            ).encode(),
+            "没有可识别的课次",
+        ),
+        (json.dumps({"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode(), "没有可识别的课次"),
+    ],
+)
 def test_unreadable_files_get_a_clear_error(grader, data, fragment):
     r = grader.grade_bytes(data, "bad.ipynb")
     assert r["total"] == 0 and r["passed"] is False and fragment in r["errors"][0] and "bad.ipynb" in r["errors"][0]
@@ -161,7 +170,10 @@ def test_keypoints_of_every_lesson_score_full_marks(course):
 def test_overrides_change_points_and_lift_vetoes(course, grader, tmp_path):
     result = grader.grade_file(SAMPLES / "vetoed-answer.ipynb")
     path = tmp_path / "overrides.yml"
-    path.write_text("vetoed-answer.ipynb:\n  items: {q3: 2}\n  lift_vetoes: [dp-cuts-memory]\n  reason: 学生在答疑中澄清了表述\n", encoding="utf-8")
+    path.write_text(
+        "vetoed-answer.ipynb:\n  items: {q3: 2}\n  lift_vetoes: [dp-cuts-memory]\n  reason: 学生在答疑中澄清了表述\n",
+        encoding="utf-8",
+    )
     entry = load_overrides(path, course)["vetoed-answer.ipynb"]
     apply_overrides(result, entry, course.pass_mark)
     assert result["vetoes"] == [] and result["passed"] is True and item(result, "q3")["points"] == 2
@@ -169,12 +181,15 @@ def test_overrides_change_points_and_lift_vetoes(course, grader, tmp_path):
     assert all(o["reason"] == "学生在答疑中澄清了表述" for o in result["overrides"])
 
 
-@pytest.mark.parametrize("text, fragment", [
-    ("x.ipynb:\n  items: {q3: 2}\n", "needs a non-empty 'reason'"),
-    ("x.ipynb:\n  items: {q4: 2}\n  reason: r\n", "unknown item 'q4'"),
-    ("x.ipynb:\n  items: {q1: 5}\n  reason: r\n", "from 0 to 2"),
-    ("x.ipynb: [\n", "invalid YAML"),
-])
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("x.ipynb:\n  items: {q3: 2}\n", "needs a non-empty 'reason'"),
+        ("x.ipynb:\n  items: {q4: 2}\n  reason: r\n", "unknown item 'q4'"),
+        ("x.ipynb:\n  items: {q1: 5}\n  reason: r\n", "from 0 to 2"),
+        ("x.ipynb: [\n", "invalid YAML"),
+    ],
+)
 def test_bad_overrides_file_is_reported(course, tmp_path, text, fragment):
     path = tmp_path / "o.yml"
     path.write_text(text, encoding="utf-8")
@@ -188,7 +203,21 @@ def test_cli_batch_json_csv_and_reports(tmp_path, capsys):
     bad = tmp_path / "garbage.ipynb"
     bad.write_text("{not json", encoding="utf-8")
     files.append(str(bad))
-    code = main(["--root", str(REPO), "grade", *files, "--json", "--jobs", "2", "--csv", str(tmp_path / "book.csv"), "--report", str(tmp_path / "rep")])
+    code = main(
+        [
+            "--root",
+            str(REPO),
+            "grade",
+            *files,
+            "--json",
+            "--jobs",
+            "2",
+            "--csv",
+            str(tmp_path / "book.csv"),
+            "--report",
+            str(tmp_path / "rep"),
+        ]
+    )
     assert code == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert [r["total"] for r in lines] == [10, lines[1]["total"], 0] and lines[2]["errors"]
@@ -207,9 +236,15 @@ def test_html_report_escapes_student_text(course, grader):
 
 def test_rubric_cli(tmp_path):
     path = tmp_path / "answers.jsonl"
-    path.write_text('{"question": "q3", "text": "dp=8 时每卡只存 1/8 的参数。"}\n{"question": "q2", "text": "8 倍"}\n', encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "grader.cli", "--root", str(REPO), "rubric", "lesson04", "--input", str(path)],
-                          capture_output=True, text=True)
+    path.write_text(
+        '{"question": "q3", "text": "dp=8 时每卡只存 1/8 的参数。"}\n{"question": "q2", "text": "8 倍"}\n',
+        encoding="utf-8",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader.cli", "--root", str(REPO), "rubric", "lesson04", "--input", str(path)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     first, second = (json.loads(line) for line in proc.stdout.splitlines())
     assert set(first) == {"points", "max", "key_points", "missing", "vetoes", "suppressed"} and first["max"] == 2
@@ -219,8 +254,14 @@ def test_rubric_cli(tmp_path):
 
 def test_rubric_cli_names_the_malformed_line(tmp_path):
     path = tmp_path / "answers.jsonl"
-    path.write_text('{"question": "q1", "text": "ok"}\n{"question": "q1", text}\n{"question": "q9", "text": "x"}\n', encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "grader.cli", "--root", str(REPO), "rubric", "lesson04", "--input", str(path)],
-                          capture_output=True, text=True)
+    path.write_text(
+        '{"question": "q1", "text": "ok"}\n{"question": "q1", text}\n{"question": "q9", "text": "x"}\n',
+        encoding="utf-8",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader.cli", "--root", str(REPO), "rubric", "lesson04", "--input", str(path)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and len(proc.stdout.splitlines()) == 1
     assert f"{path}:2:" in proc.stderr and f"{path}:3:" in proc.stderr and "Traceback" not in proc.stderr

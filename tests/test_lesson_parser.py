@@ -52,7 +52,7 @@ def test_unclosed_code_fence(tmp_path, lesson_text):
 
 
 def test_unclosed_div(tmp_path, lesson_text):
-    text = lesson_text.replace('问题三？\n:::', "问题三？\n")
+    text = lesson_text.replace("问题三？\n:::", "问题三？\n")
     expect_error(write(tmp_path, text), line_of(text, "#q3"), "never closed")
 
 
@@ -117,7 +117,9 @@ def test_exercise_without_solution(tmp_path, lesson_text):
 
 
 def test_answer_block_needs_profile_guard(tmp_path, lesson_text):
-    text = lesson_text.replace('{.content-visible when-profile="answers" course_role="answer"}', '{course_role="answer"}')
+    text = lesson_text.replace(
+        '{.content-visible when-profile="answers" course_role="answer"}', '{course_role="answer"}'
+    )
     expect_error(write(tmp_path, text), line_of(text, 'course_role="answer"'), "content-visible")
 
 
@@ -140,7 +142,10 @@ def test_solutions_folder_without_lesson(scratch_course):
 
 def test_release_entry_for_unknown_lesson(scratch_course):
     config = scratch_course / "_quarto.yml"
-    config.write_text(config.read_text(encoding="utf-8").replace("lesson04: hidden", "lesson04: hidden\n    lesson10: released"), encoding="utf-8")
+    config.write_text(
+        config.read_text(encoding="utf-8").replace("lesson04: hidden", "lesson04: hidden\n    lesson10: released"),
+        encoding="utf-8",
+    )
     with pytest.raises(SourceError) as info:
         load_course(scratch_course)
     assert str(info.value).startswith(f"_quarto.yml:{line_of(config.read_text(encoding='utf-8'), 'lesson10:')}: ")
@@ -148,7 +153,9 @@ def test_release_entry_for_unknown_lesson(scratch_course):
 
 def test_bad_release_state(scratch_course):
     config = scratch_course / "_quarto.yml"
-    config.write_text(config.read_text(encoding="utf-8").replace("lesson04: hidden", "lesson04: maybe"), encoding="utf-8")
+    config.write_text(
+        config.read_text(encoding="utf-8").replace("lesson04: hidden", "lesson04: maybe"), encoding="utf-8"
+    )
     with pytest.raises(SourceError) as info:
         load_course(scratch_course)
     assert "must be 'hidden' or 'released'" in str(info.value)

@@ -5,12 +5,11 @@ veto example behaving as labelled."""
 from __future__ import annotations
 
 import pytest
+from helpers import REPO
 
 from grader.course import load_course
 from grader.grade import Grader
 from grader.selfcheck import check_lesson
-
-from helpers import REPO
 
 COURSE = load_course(REPO)
 

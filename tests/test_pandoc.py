@@ -7,11 +7,10 @@ import re
 
 import pypandoc
 import pytest
+from helpers import REPO
 
 from grader.build import build
 from grader.course import load_course
-
-from helpers import REPO
 
 
 def blocks(text: str) -> tuple[dict, list]:

@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import REPO
 
 from grader.course import load_course
 from grader.errors import SourceError
 from grader.rubric import example_outcomes, load_rubric, negated, score_answer, split_sentences
-
-from helpers import REPO
 
 COURSE = load_course(REPO)
 RUBRICS = {slug: load_rubric(COURSE.solutions_dir(slug) / "rubric.yml", slug) for slug in COURSE.lessons}
@@ -25,7 +24,9 @@ def test_every_veto_has_enough_examples():
 
 @pytest.mark.parametrize("slug", sorted(RUBRICS))
 def test_veto_examples_behave_as_labelled(slug):
-    wrong = [(v.id, kind, text) for v, kind, text, fired in example_outcomes(RUBRICS[slug]) if fired != (kind == "fire")]
+    wrong = [
+        (v.id, kind, text) for v, kind, text, fired in example_outcomes(RUBRICS[slug]) if fired != (kind == "fire")
+    ]
     assert wrong == []
 
 
@@ -38,31 +39,37 @@ def test_fired_veto_carries_sentence_and_suppressed_carry_reason():
     assert res.vetoes == [] and [(v.id, why) for v, _, why in res.suppressed] == [("dp-cuts-memory", "reported")]
 
 
-@pytest.mark.parametrize("text, word, expected", [
-    ("DP 并不能降低每卡显存", "降低", True),
-    ("DP 能降低每卡显存", "降低", False),
-    ("DP 解决不了显存问题", "解决", True),
-    ("DP 不能解决模型放不下的问题", "解决", True),
-    ("不是不能降低", "降低", False),
-    ("区别在于 DP 降低显存", "降低", False),
-    ("不仅降低了通信", "降低", False),
-    ("DP 不会因为增大 dp 而减少显存", "减少", True),
-    ("no_sync 会改变结果", "改变", False),
-    ("it does not reduce memory", "reduce", True),
-])
+@pytest.mark.parametrize(
+    "text, word, expected",
+    [
+        ("DP 并不能降低每卡显存", "降低", True),
+        ("DP 能降低每卡显存", "降低", False),
+        ("DP 解决不了显存问题", "解决", True),
+        ("DP 不能解决模型放不下的问题", "解决", True),
+        ("不是不能降低", "降低", False),
+        ("区别在于 DP 降低显存", "降低", False),
+        ("不仅降低了通信", "降低", False),
+        ("DP 不会因为增大 dp 而减少显存", "减少", True),
+        ("no_sync 会改变结果", "改变", False),
+        ("it does not reduce memory", "reduce", True),
+    ],
+)
 def test_negation(text, word, expected):
     s = split_sentences(text)[0].text
     start = s.index(word)
     assert negated(s, start, start + len(word)) is expected
 
 
-@pytest.mark.parametrize("text, status", [
-    ("DP 能不能降低显存？", "question"),
-    ("DP 会降低显存吗", "question"),
-    ("如果用 ZeRO，每卡显存会降低。", "hedged"),
-    ("DP 降低显存。这种说法是错的。", "refuted"),
-    ("DP 不降低显存。", "asserted"),
-])
+@pytest.mark.parametrize(
+    "text, status",
+    [
+        ("DP 能不能降低显存？", "question"),
+        ("DP 会降低显存吗", "question"),
+        ("如果用 ZeRO，每卡显存会降低。", "hedged"),
+        ("DP 降低显存。这种说法是错的。", "refuted"),
+        ("DP 不降低显存。", "asserted"),
+    ],
+)
 def test_sentence_status(text, status):
     assert split_sentences(text)[0].status == status
 
@@ -80,13 +87,25 @@ def test_negated_key_point_earns_nothing():
     assert "factor-independent-of-dp" not in [k.id for k, _ in score_answer(rubric, "q2", "这个倍数与 dp 有关。").found]
 
 
-@pytest.mark.parametrize("body, fragment", [
-    ("questions: {}\n", "question q1 needs a 'key_points:' list"),
-    ("lexicon: {a: [x]}\nquestions:\n  q1:\n    key_points:\n      - id: k\n        points: 2\n        any: [{head: '@nope'}]\n", "unknown lexicon entry '@nope'"),
-    ("questions:\n  q1:\n    key_points:\n      - id: k\n        points: 1\n        any: [{head: x}]\n", "add up to 1, not 2"),
-    ("questions:\n  q1:\n    key_points:\n      - id: k\n        points: 2\n        any: [{head: '(unclosed'}]\n", "invalid regular expression"),
-    ("questions: [\n", "invalid YAML"),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ("questions: {}\n", "question q1 needs a 'key_points:' list"),
+        (
+            "lexicon: {a: [x]}\nquestions:\n  q1:\n    key_points:\n      - id: k\n        points: 2\n        any: [{head: '@nope'}]\n",
+            "unknown lexicon entry '@nope'",
+        ),
+        (
+            "questions:\n  q1:\n    key_points:\n      - id: k\n        points: 1\n        any: [{head: x}]\n",
+            "add up to 1, not 2",
+        ),
+        (
+            "questions:\n  q1:\n    key_points:\n      - id: k\n        points: 2\n        any: [{head: '(unclosed'}]\n",
+            "invalid regular expression",
+        ),
+        ("questions: [\n", "invalid YAML"),
+    ],
+)
 def test_malformed_rubric_is_located(tmp_path: Path, body, fragment):
     path = tmp_path / "rubric.yml"
     path.write_text(body, encoding="utf-8")

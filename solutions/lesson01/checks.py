@@ -38,8 +38,15 @@ def params_random(student, rng, ref):
 def static_7b_bf16(student):
     """static_memory_bytes：7B 模型的 bf16 混合精度 Adam 各项与合计 112 GB（手算值）"""
     n = 7 * 10**9
-    expected = {"params": 2 * n, "grads": 2 * n, "master_params": 4 * n, "adam_m": 4 * n, "adam_v": 4 * n,
-                "grad_acc_fp32": 0, "total": 16 * n}
+    expected = {
+        "params": 2 * n,
+        "grads": 2 * n,
+        "master_params": 4 * n,
+        "adam_m": 4 * n,
+        "adam_v": 4 * n,
+        "grad_acc_fp32": 0,
+        "total": 16 * n,
+    }
     return close(student.call("static_memory_bytes", n, "bf16_mixed"), expected)
 
 
@@ -112,5 +119,10 @@ def flops_and_mfu(student, rng, ref):
         return False
     if not close(student.call("mfu", 7e9, 80000, 8, 989e12), 3.36e15 / 7.912e15):
         return False
-    args = (rng.randint(10**9, 10**11), rng.uniform(1e3, 1e6), rng.choice([1, 8, 64, 512]), rng.choice([312e12, 989e12, 2250e12]))
+    args = (
+        rng.randint(10**9, 10**11),
+        rng.uniform(1e3, 1e6),
+        rng.choice([1, 8, 64, 512]),
+        rng.choice([312e12, 989e12, 2250e12]),
+    )
     return close(student.call("mfu", *args), ref.mfu(*args))

@@ -32,7 +32,13 @@ def _act(s, b, h, a, layers, mode):
 def _config(rng):
     heads = rng.choice([8, 12, 16, 32, 40, 64, 96])
     head_dim = rng.choice([64, 80, 128])
-    return rng.choice([256, 1000, 2048, 3000, 4096, 8192]), rng.randint(1, 8), heads * head_dim, heads, rng.randint(1, 96)
+    return (
+        rng.choice([256, 1000, 2048, 3000, 4096, 8192]),
+        rng.randint(1, 8),
+        heads * head_dim,
+        heads,
+        rng.randint(1, 96),
+    )
 
 
 def _data(rng, n, d):
@@ -81,7 +87,9 @@ def act_bad_mode(student, rng):
     s, b, h, a, layers = _config(rng)
     if student.call("activation_memory", s, b, h, a, layers, "selective") != _act(s, b, h, a, layers, "selective"):
         return False
-    return all(_raises_value_error(student, "activation_memory", s, b, h, a, layers, m) for m in ("partial", "Full", ""))
+    return all(
+        _raises_value_error(student, "activation_memory", s, b, h, a, layers, m) for m in ("partial", "Full", "")
+    )
 
 
 @check(points=0.5)

@@ -47,8 +47,11 @@ def rs_owner_and_sum(student, rng):
     total = np.sum(np.array(arrays), axis=0)
     pieces = np.array_split(total, p)
     owned = [(r + 1) % p for r in range(p)]
-    return (close(got["owned"], owned) and close(got["steps"], p - 1)
-            and close(got["chunks"], [pieces[c].tolist() for c in owned], rel=1e-9))
+    return (
+        close(got["owned"], owned)
+        and close(got["steps"], p - 1)
+        and close(got["chunks"], [pieces[c].tolist() for c in owned], rel=1e-9)
+    )
 
 
 @check(points=0.5)
@@ -124,7 +127,9 @@ def ar_short_arrays(student, rng, ref):
         total = np.sum(np.array(arrays).reshape(p, n), axis=0).tolist()
         if not close(got["arrays"], [total] * p, rel=1e-9, abs_tol=1e-9):
             return False
-        if not close(got, _plain(ref.ring_all_reduce([np.array(a, dtype=np.float64) for a in arrays])), rel=1e-9, abs_tol=1e-9):
+        if not close(
+            got, _plain(ref.ring_all_reduce([np.array(a, dtype=np.float64) for a in arrays])), rel=1e-9, abs_tol=1e-9
+        ):
             return False
     return True
 

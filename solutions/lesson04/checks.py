@@ -15,7 +15,9 @@ def _grads(rng, n, lo, hi):
 @check(points=0.25)
 def bucket_lesson_example(student):
     """bucket_gradients：课文中的示例（超大梯度独占一桶、恰好装满的桶）"""
-    return close(student.call("bucket_gradients", [["a", 10], ["b", 20], ["c", 30], ["d", 100]], 50), [["d"], ["c", "b"], ["a"]])
+    return close(
+        student.call("bucket_gradients", [["a", 10], ["b", 20], ["c", 30], ["d", 100]], 50), [["d"], ["c", "b"], ["a"]]
+    )
 
 
 @check(points=0.25)
@@ -87,7 +89,9 @@ def step_more_buckets_than_layers(student, rng, ref):
     """simulate_dp_step：桶数多于层数时，多个桶在同一层结束时一起就绪并排队通信"""
     layers = [rng.uniform(0.005, 0.02) for _ in range(rng.randint(1, 4))]
     comms = [rng.uniform(0.002, 0.01) for _ in range(rng.randint(len(layers) + 2, 12))]
-    return close(student.call("simulate_dp_step", layers, comms, True), ref.simulate_dp_step(layers, comms, True), rel=1e-7)
+    return close(
+        student.call("simulate_dp_step", layers, comms, True), ref.simulate_dp_step(layers, comms, True), rel=1e-7
+    )
 
 
 @check(points=0.25)
@@ -95,7 +99,9 @@ def step_comm_bound(student, rng, ref):
     """simulate_dp_step：通信比反向慢时，桶在通信流上排队，耗时由通信决定"""
     layers = [rng.uniform(0.002, 0.006) for _ in range(rng.randint(10, 30))]
     comms = [rng.uniform(0.02, 0.05) for _ in range(rng.randint(3, 7))]
-    return close(student.call("simulate_dp_step", layers, comms, True), ref.simulate_dp_step(layers, comms, True), rel=1e-7)
+    return close(
+        student.call("simulate_dp_step", layers, comms, True), ref.simulate_dp_step(layers, comms, True), rel=1e-7
+    )
 
 
 @check(points=0.25)
@@ -103,5 +109,10 @@ def gbs_in_tokens(student, rng):
     """gbs_tokens：以 token 计的全局 batch = mbs × grad_acc × dp × seq"""
     if not close(student.call("gbs_tokens", 2, 4, 128, 4096), 4 * 2**20):
         return False
-    mbs, acc, dp, seq = rng.randint(1, 8), rng.randint(1, 64), rng.choice([8, 16, 96, 512]), rng.choice([1024, 2048, 8192])
+    mbs, acc, dp, seq = (
+        rng.randint(1, 8),
+        rng.randint(1, 64),
+        rng.choice([8, 16, 96, 512]),
+        rng.choice([1024, 2048, 8192]),
+    )
     return close(student.call("gbs_tokens", mbs, acc, dp, seq), mbs * acc * dp * seq)

@@ -106,9 +106,11 @@ def memory_validation(student, rng):
     psi = rng.randint(10**6, 10**10)
     if not close(student.call("zero_memory_per_gpu", psi, 8, 2), _memory(psi, 8, 2)):
         return False
-    return (_raises_value_error(student, "zero_memory_per_gpu", psi, 8, 4)
-            and _raises_value_error(student, "zero_memory_per_gpu", psi, 8, -1)
-            and _raises_value_error(student, "zero_memory_per_gpu", psi, 0, 1))
+    return (
+        _raises_value_error(student, "zero_memory_per_gpu", psi, 8, 4)
+        and _raises_value_error(student, "zero_memory_per_gpu", psi, 8, -1)
+        and _raises_value_error(student, "zero_memory_per_gpu", psi, 0, 1)
+    )
 
 
 @check(points=0.5)
@@ -117,7 +119,9 @@ def comm_convention(student, rng):
     psi = float(rng.randint(10**6, 10**11))
     for stage in STAGES:
         ag = 2 * psi if stage == 3 else psi
-        if not close(student.call("zero_comm_elements", psi, stage), {"reduce_scatter": psi, "all_gather": ag, "total": psi + ag}):
+        if not close(
+            student.call("zero_comm_elements", psi, stage), {"reduce_scatter": psi, "all_gather": ag, "total": psi + ag}
+        ):
             return False
     return True
 
@@ -130,12 +134,18 @@ def comm_with_n(student, rng):
     f = (n - 1) / n
     for stage in STAGES:
         ag = (2 if stage == 3 else 1) * psi * f
-        if not close(student.call("zero_comm_elements", psi, stage, n), {"reduce_scatter": psi * f, "all_gather": ag, "total": psi * f + ag}):
+        if not close(
+            student.call("zero_comm_elements", psi, stage, n),
+            {"reduce_scatter": psi * f, "all_gather": ag, "total": psi * f + ag},
+        ):
             return False
-    if not close(student.call("zero_comm_elements", psi, 3, 1), {"reduce_scatter": 0.0, "all_gather": 0.0, "total": 0.0}):
+    if not close(
+        student.call("zero_comm_elements", psi, 3, 1), {"reduce_scatter": 0.0, "all_gather": 0.0, "total": 0.0}
+    ):
         return False
-    return (_raises_value_error(student, "zero_comm_elements", psi, 5)
-            and _raises_value_error(student, "zero_comm_elements", psi, 1, 0))
+    return _raises_value_error(student, "zero_comm_elements", psi, 5) and _raises_value_error(
+        student, "zero_comm_elements", psi, 1, 0
+    )
 
 
 @check(points=0.75)
@@ -146,7 +156,12 @@ def adamw_random(student, rng):
         p, g, m, v = _state(rng, length)
         h = _hyper(rng)
         got = student.call("adamw_step", *_arrays(p, g, m, v), *_h(h))
-        if not close(got, _adamw(p, g, m, v, h["step"], h["lr"], h["beta1"], h["beta2"], h["eps"], h["weight_decay"]), rel=1e-9, abs_tol=1e-15):
+        if not close(
+            got,
+            _adamw(p, g, m, v, h["step"], h["lr"], h["beta1"], h["beta2"], h["eps"], h["weight_decay"]),
+            rel=1e-9,
+            abs_tol=1e-15,
+        ):
             return False
     return True
 
@@ -163,12 +178,17 @@ def adamw_edge_cases(student, rng):
     if not close(got, _adamw(p, g, zeros, zeros, 1, lr, 0.9, 0.999, 1e-8, wd), rel=1e-9, abs_tol=1e-15):
         return False
     # first step: the update is about lr * sign(g), on top of the decoupled decay
-    if not all(abs(new - (pj * (1 - lr * wd) - lr * math.copysign(1.0, gj))) < 1e-7 for new, pj, gj in zip(got["params"], p, g)):
+    if not all(
+        abs(new - (pj * (1 - lr * wd) - lr * math.copysign(1.0, gj))) < 1e-7 for new, pj, gj in zip(got["params"], p, g)
+    ):
         return False
     got = student.call("adamw_step", *_arrays(p, zeros, zeros, zeros), rng.randint(1, 50), lr, 0.9, 0.999, 1e-8, wd)
     if not close(got, {"params": [pj * (1 - lr * wd) for pj in p], "m": zeros, "v": zeros}, rel=1e-12):
         return False
-    if not close(student.call("adamw_step", *_arrays([], [], [], []), 3, lr, 0.9, 0.999, 1e-8, wd), {"params": [], "m": [], "v": []}):
+    if not close(
+        student.call("adamw_step", *_arrays([], [], [], []), 3, lr, 0.9, 0.999, 1e-8, wd),
+        {"params": [], "m": [], "v": []},
+    ):
         return False
     return _raises_value_error(student, "adamw_step", *_arrays(p, g, zeros, zeros), 0, lr, 0.9, 0.999, 1e-8, wd)
 

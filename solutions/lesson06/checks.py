@@ -22,7 +22,7 @@ def _arr(a):
 
 
 def _gelu(x):
-    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (x + 0.044715 * x**3)))
 
 
 def _not_divisible(rng, t, lo, hi):
@@ -123,17 +123,30 @@ def mlp_edge_cases(student, rng):
 
 def _expected_comm(b, s, h, t, nbytes):
     if t == 1:
-        return {"allreduces_forward": 0, "allreduces_backward": 0, "bytes_per_allreduce": 0, "bytes_sent_per_rank_per_step": 0.0}
+        return {
+            "allreduces_forward": 0,
+            "allreduces_backward": 0,
+            "bytes_per_allreduce": 0,
+            "bytes_sent_per_rank_per_step": 0.0,
+        }
     m = b * s * h * nbytes
-    return {"allreduces_forward": 2, "allreduces_backward": 2, "bytes_per_allreduce": m,
-            "bytes_sent_per_rank_per_step": 4 * 2 * (t - 1) / t * m}
+    return {
+        "allreduces_forward": 2,
+        "allreduces_backward": 2,
+        "bytes_per_allreduce": m,
+        "bytes_sent_per_rank_per_step": 4 * 2 * (t - 1) / t * m,
+    }
 
 
 @check(points=0.25)
 def comm_lesson_example(student):
     """tp_comm_per_layer：课文中的例子（b = 1，s = h = 4096，bf16，t = 8）"""
-    exp = {"allreduces_forward": 2, "allreduces_backward": 2, "bytes_per_allreduce": 33554432,
-           "bytes_sent_per_rank_per_step": 234881024.0}
+    exp = {
+        "allreduces_forward": 2,
+        "allreduces_backward": 2,
+        "bytes_per_allreduce": 33554432,
+        "bytes_sent_per_rank_per_step": 234881024.0,
+    }
     return close(student.call("tp_comm_per_layer", 1, 4096, 4096, 8, 2), exp)
 
 
