@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .checks import Check, load_checks, reference_namespace, run_checks
+from .checks import Check, load_checks, reference_namespace
+from .code_item import grade_code
 from .course import Course
 from .errors import SourceError
-from .kernel import KernelSession, RunReport
+from .kernel import KernelSession
 from .lesson import CODE_POINTS, QUESTION_IDS, QUESTION_POINTS, Lesson
 from .rubric import Rubric, load_rubric, score_answer
 from .submission import SubmissionError, extract, lesson_of, read_notebook
@@ -108,36 +109,18 @@ class Grader:
 
     def _grade(self, kit: LessonKit, sub: Any, digest: str) -> dict[str, Any]:
         lesson = kit.lesson
-        code_messages = list(sub.notes.get("code", []))
-        report = RunReport()
-        check_results = []
-        runnable = [(ex.id, sub.code.get(ex.id)) for ex in lesson.exercises]
-        if any(src is None for _, src in runnable):
-            code_messages.append("缺少代码单元，代码部分无法评分。")
-        else:
-            session = self._kernel()
-            try:
-                session.run_cells([(cid, src or "") for cid, src in runnable], report)
-                seed = f"{lesson.slug}\0{digest}"
-                check_results = run_checks(kit.checks, session, kit.ref, seed)
-            except Exception as exc:  # noqa: BLE001 - e.g. the sandbox could not start
-                code_messages.append(f"无法在沙箱中运行你的代码（{type(exc).__name__}），代码部分记 0 分；请联系助教。")
-            finally:
-                session.close()
-        code_messages += _run_messages(report)
-        code_points = round(sum(c.points for c in check_results), 2)
-        for c in check_results:
-            code_messages.append(("✓ " if c.passed else "✗ ") + c.description + ("" if c.passed else f"：{c.reason}"))
-
+        code = grade_code(
+            lesson, kit.checks, kit.ref, sub.code, sub.notes.get("code", []), f"{lesson.slug}\0{digest}", self._kernel
+        )
         items: list[dict[str, Any]] = [
             {
                 "id": "code",
-                "points": code_points,
+                "points": code.points,
                 "max": float(CODE_POINTS),
-                "messages": code_messages,
+                "messages": code.messages,
                 "checks": [
                     {"name": c.name, "description": c.description, "points": c.points, "max": c.max, "passed": c.passed}
-                    for c in check_results
+                    for c in code.checks
                 ],
             }
         ]
@@ -182,7 +165,7 @@ class Grader:
             ]
         total = round(sum(i["points"] for i in items), 2)
         errors = []
-        if report.submission_timed_out:
+        if code.report.submission_timed_out:
             errors.append("整份提交超过了运行时间上限，已被终止。")
         if not self.sandbox:
             errors.append("未使用沙箱运行（--no-sandbox）。")
@@ -200,22 +183,6 @@ class Grader:
             "overrides": [],
             "sha256": digest,
         }
-
-
-def _run_messages(report: RunReport) -> list[str]:
-    out = []
-    for cell in report.cells:
-        if cell.status == "error":
-            out.append(f"运行代码单元「{cell.id}」 时出错（{cell.error_name}）；隐藏测试仍会尝试调用已定义的函数。")
-        elif cell.status == "timeout":
-            out.append(f"代码单元「{cell.id}」 运行超时，已停止。")
-        elif cell.status == "dead":
-            out.append(f"运行代码单元「{cell.id}」 时内核退出（可能调用了 exit、超出内存或进程数限制）。")
-        if cell.truncated:
-            out.append(f"代码单元「{cell.id}」 的输出过多，超出部分已丢弃。")
-    if report.submission_timed_out:
-        out.append("整份提交的运行时间超过上限，内核已被终止。")
-    return out
 
 
 def failed_result(name: str, lesson: str | None, message: str) -> dict[str, Any]:
