@@ -37,55 +37,111 @@ def cmd_answers(args: argparse.Namespace) -> int:
     changed = set_release(course, args.lesson, args.action == "release")
     state = "released" if args.action == "release" else "hidden"
     print(f"{args.lesson}: answers {state}" + ("" if changed else " (unchanged)"))
+    if changed:
+        print("next: run `course build` to see it in _build/student, or `course publish` to commit the student branch")
     return 0
 
 
 def cmd_publish(args: argparse.Namespace) -> int:
     from .build import build
-    from .publish import publish_tree, repo_root
+    from .publish import publish_tree, repo_root, source_state
 
     course = _course(args)
     repo = repo_root(course.root)
+    source = source_state(repo, args.allow_dirty)
     out = Path(args.out) if args.out else course.root / "_build"
     for tree in build(course, out):
-        commit = publish_tree(repo, tree.path, tree.name, f"Publish the {tree.name} tree")
+        commit = publish_tree(repo, tree.path, tree.name, f"Publish the {tree.name} tree from {source}")
         print(f"{tree.name:8} " + (f"committed {commit[:12]}" if commit else "unchanged, no commit"))
     return 0
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
+    """Grade a batch. Exit 0: all graded; 1: some files could not be graded; 2: the course or command is at fault."""
     import json
 
-    from .batch import default_jobs, grade_many
-    from .grade import load_overrides
-    from .report import gradebook_csv, table, write_reports
+    from .batch import default_jobs, grade_many, plan
+    from .grade import Grader
+    from .overrides import check_targets, load_overrides
+    from .report import table, write_csv, write_reports
     from .sandbox import check_available
 
     course = _course(args)
-    paths = [Path(p) for p in args.notebooks]
     if args.lesson:
         course.lesson(args.lesson)
-    overrides = load_overrides(Path(args.overrides), course) if args.overrides else {}
+    _check_outputs(args)
+    roster = course.roster(Path(args.roster) if args.roster else None)
+    entries = plan(course, [Path(p) for p in args.notebooks], roster)
+    lessons = {args.lesson} if args.lesson else {e.lesson for e in entries if e.lesson in course.lessons}
+    preload = Grader(course, sandbox=False)  # loads checks.py and rubric.yml: a broken one stops here
+    kits = [preload.kit(slug) for slug in sorted(x for x in lessons if x)]
+    overrides = {}
+    if args.overrides:
+        overrides = load_overrides(Path(args.overrides))
+        students = set(roster.students) if roster else set()
+        students |= {e.student for e in entries if e.student}
+        veto_ids = {v.id for kit in kits for v in kit.rubric.vetoes}
+        check_targets(overrides, args.overrides, students, {e.sha256 for e in entries if e.sha256}, veto_ids)
     if not args.no_sandbox:
         check_available()
     results = grade_many(
-        course,
-        paths,
-        jobs=args.jobs or default_jobs(),
-        sandbox=not args.no_sandbox,
-        lesson=args.lesson,
+        course, entries, jobs=args.jobs or default_jobs(), sandbox=not args.no_sandbox, lesson=args.lesson,
         overrides=overrides,
-    )
+    )  # fmt: skip
     if args.json:
         for r in results:
             print(json.dumps(r, ensure_ascii=False, sort_keys=True))
     if args.report:
         write_reports(results, Path(args.report))
     if args.csv:
-        Path(args.csv).write_text(gradebook_csv(results), encoding="utf-8")
+        write_csv(results, Path(args.csv))
     if args.table or not args.json:
         print(table(results))
-    return 0
+    return _summarise(results)
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse output paths that cannot be written before any grading starts."""
+    import os
+
+    if args.csv:
+        csv_path = Path(args.csv)
+        parent = csv_path.parent if str(csv_path.parent) else Path(".")
+        if csv_path.is_dir():
+            raise CourseError(f"{args.csv}: is a folder; --csv takes a file name, e.g. {args.csv}/gradebook.csv")
+        if not parent.is_dir():
+            raise CourseError(f"{args.csv}: folder {parent} does not exist; create it first")
+        if not os.access(parent, os.W_OK) or (csv_path.exists() and not os.access(csv_path, os.W_OK)):
+            raise CourseError(f"{args.csv}: cannot write here (permission denied)")
+    if args.report:
+        folder = Path(args.report)
+        if folder.exists() and not folder.is_dir():
+            raise CourseError(
+                f"{args.report}: exists and is not a folder; --report takes a folder for the feedback files"
+            )
+        existing = next((p for p in [folder, *folder.parents] if p.exists()), Path("."))
+        if not os.access(existing, os.W_OK):
+            raise CourseError(f"{args.report}: cannot write here (permission denied)")
+
+
+def _summarise(results: list[dict]) -> int:
+    """Tell the instructor on stderr what needs attention, and choose the exit code."""
+    ungraded = [r for r in results if not r.get("graded")]
+    faults = [f for r in results for f in r.get("course_faults", [])]
+    flagged = [r for r in results if r.get("flags")]
+    for r in flagged:
+        for flag in r["flags"]:
+            print(f"course: note: {r.get('file')}: {flag}", file=sys.stderr)
+    if ungraded:
+        print(f"course: {len(ungraded)} of {len(results)} submission(s) could not be graded:", file=sys.stderr)
+        for r in ungraded:
+            print(f"  {r.get('file')}: {(r.get('errors') or ['?'])[0]}", file=sys.stderr)
+    if faults:
+        print(f"course: error: the course is at fault in {len(faults)} place(s); fix it and regrade:", file=sys.stderr)
+        for fault in dict.fromkeys(faults):
+            print(f"  {fault}", file=sys.stderr)
+        return 2
+    return 1 if ungraded else 0
 
 
 def cmd_rubric(args: argparse.Namespace) -> int:
@@ -138,6 +194,16 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 64, got {text!r}") from None
+    if not 1 <= value <= 64:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 64, got {value}")
+    return value
+
+
 def make_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="course", description="Build, publish and grade the course.")
     parser.add_argument("--root", default=".", help="course root, the folder holding _quarto.yml (default: .)")
@@ -154,16 +220,28 @@ def make_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("publish", help="build, then commit each tree to its branch (student, answers)")
     p.add_argument("--out", help="build folder (default: _build)")
+    p.add_argument("--allow-dirty", action="store_true", help="publish even with uncommitted changes")
     p.set_defaults(func=cmd_publish)
 
-    p = sub.add_parser("grade", help="grade submitted notebooks")
+    p = sub.add_parser(
+        "grade",
+        help="grade submitted notebooks",
+        description="Grade submitted notebooks. The student of each file is read from its path (see docs/grading.md).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="exit status:\n"
+        "  0 every submission was graded (fails included)\n"
+        "  1 some submissions could not be graded (they are listed on stderr)\n"
+        "  2 the course or the command is at fault (bad rubric or checks.py, bad overrides,\n"
+        "    unknown lesson, output paths that cannot be written)",
+    )
     p.add_argument("notebooks", nargs="+", help="submitted .ipynb files")
     p.add_argument("--lesson", help="grade every notebook as this lesson (default: the lesson named in each notebook)")
     p.add_argument("--json", action="store_true", help="print one JSON result per notebook")
     p.add_argument("--report", metavar="DIR", help="write each student's feedback as Markdown and HTML")
     p.add_argument("--csv", metavar="FILE", help="write a gradebook CSV")
     p.add_argument("--table", action="store_true", help="print the results table (the default without --json)")
-    p.add_argument("--jobs", type=int, default=0, help="parallel graders (default: number of cores)")
+    p.add_argument("--jobs", type=_jobs, default=0, help="parallel graders, 1-64 (default: number of cores)")
+    p.add_argument("--roster", metavar="FILE", help="roster CSV (student,name[,email]); default: course.roster")
     p.add_argument("--overrides", metavar="FILE", help="instructor overrides (YAML), see docs/grading.md")
     p.add_argument("--no-sandbox", action="store_true", help="run student code without bubblewrap (trusted code only)")
     p.set_defaults(func=cmd_grade)
@@ -183,6 +261,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a last guard: never crash on printing odd text
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
     args = make_parser().parse_args(argv)
     try:
         return args.func(args)

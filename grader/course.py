@@ -13,6 +13,7 @@ from typing import Any
 
 from .errors import SourceError
 from .lesson import Lesson, parse_lesson
+from .roster import DEFAULT_ID_PATTERNS, Roster, compile_patterns, load_roster
 from .yamlio import load_yaml
 
 CONFIG = "_quarto.yml"
@@ -41,6 +42,16 @@ class Course:
     releases: dict[str, str]  # slug -> hidden | released
     limits: Limits
     lessons: dict[str, Lesson] = field(default_factory=dict)
+    roster_file: str | None = None  # course.roster, relative to the root
+    id_patterns: list[re.Pattern[str]] = field(default_factory=list)
+
+    def roster(self, override: Path | None = None) -> Roster | None:
+        """The class roster: ``override`` (``--roster``) or ``course.roster``; None when neither is set."""
+        if override is not None:
+            return load_roster(override, str(override))
+        if self.roster_file is None:
+            return None
+        return load_roster(self.root / self.roster_file, self.roster_file)
 
     def released(self, slug: str) -> bool:
         return self.releases.get(slug, "hidden") == "released"
@@ -56,7 +67,7 @@ class Course:
         return self.root / "solutions" / slug
 
 
-def load_settings(root: Path) -> tuple[float, dict[str, str], Limits]:
+def load_settings(root: Path) -> tuple[float, dict[str, str], Limits, str | None, list[re.Pattern[str]]]:
     """Read the ``course:`` block of ``_quarto.yml`` and check every value."""
     path = root / CONFIG
     if not path.is_file():
@@ -87,7 +98,15 @@ def load_settings(root: Path) -> tuple[float, dict[str, str], Limits]:
                 f"course.answers.{slug} must be 'hidden' or 'released', got {state!r}",
             )
         releases[str(slug)] = state
-    return float(pass_mark), releases, _limits(block.get("limits") or {}, path, line)
+    roster = block.get("roster")
+    if roster is not None and (not isinstance(roster, str) or not roster.strip()):
+        raise SourceError(CONFIG, _line_of(path, "roster:") or line, "course.roster must be a path to roster.csv")
+    patterns = block.get("id_patterns", list(DEFAULT_ID_PATTERNS))
+    pattern_line = _line_of(path, "id_patterns:") or line
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        raise SourceError(CONFIG, pattern_line, "course.id_patterns must be a list of regular expressions")
+    compiled = compile_patterns(patterns, CONFIG, pattern_line)
+    return float(pass_mark), releases, _limits(block.get("limits") or {}, path, line), roster, compiled
 
 
 def _limits(raw: Any, path: Path, line: int | None) -> Limits:
@@ -117,8 +136,8 @@ def _limits(raw: Any, path: Path, line: int | None) -> Limits:
 def load_course(root: str | Path) -> Course:
     """Load settings and every lesson; raise SourceError on the first problem found."""
     root = Path(root).resolve()
-    pass_mark, releases, limits = load_settings(root)
-    course = Course(root=root, pass_mark=pass_mark, releases=releases, limits=limits)
+    pass_mark, releases, limits, roster, patterns = load_settings(root)
+    course = Course(root, pass_mark, releases, limits, roster_file=roster, id_patterns=patterns)
     for path in sorted((root / "lessons").glob("*.qmd")):
         lesson = parse_lesson(path, display=str(path.relative_to(root)))
         course.lessons[lesson.slug] = lesson

@@ -15,11 +15,11 @@ from typing import Any
 from .checks import Check, load_checks, reference_namespace
 from .code_item import grade_code
 from .course import Course
-from .errors import SourceError
 from .kernel import KernelSession
 from .lesson import CODE_POINTS, QUESTION_IDS, QUESTION_POINTS, Lesson
-from .rubric import Rubric, load_rubric, score_answer
-from .submission import SubmissionError, extract, lesson_of, read_notebook
+from .rubric import AnswerResult, Rubric, load_rubric, score_answer
+from .submission import SubmissionError, extract, lesson_of, read_notebook, read_submission_file
+from .text import clean, one_line
 
 MAX_POINTS = CODE_POINTS + QUESTION_POINTS * len(QUESTION_IDS)
 
@@ -75,23 +75,18 @@ class Grader:
             self._spare.close()
             self._spare = None
 
-    def grade_file(self, path: Path, expect_lesson: str | None = None) -> dict[str, Any]:
-        """Grade a notebook file; never raises for a bad submission."""
-        limit = self.course.limits.upload_bytes
+    def grade_file(self, path: Path, expect_lesson: str | None = None, name: str | None = None) -> dict[str, Any]:
+        """Grade a notebook file; never raises for a bad submission. ``name`` is how the file is shown."""
+        shown = one_line(name or path.name, 200)
         try:
-            size = path.stat().st_size
-            if size > limit:
-                return failed_result(
-                    path.name,
-                    expect_lesson,
-                    f"{path.name}：文件有 {size:,} 字节，超过上限 {limit:,} 字节。请清除输出后重新提交。",
-                )
-            data = path.read_bytes()
-        except OSError as exc:
-            return failed_result(path.name, expect_lesson, f"{path.name}：无法读取文件（{exc.strerror}）。")
-        return self.grade_bytes(data, path.name, expect_lesson)
+            data = read_submission_file(path, self.course.limits.upload_bytes)
+        except SubmissionError as exc:
+            return failed_result(shown, expect_lesson, str(exc))
+        return self.grade_bytes(data, shown, expect_lesson)
 
     def grade_bytes(self, data: bytes, name: str, expect_lesson: str | None = None) -> dict[str, Any]:
+        """Grade a notebook's bytes. Every string of the result is safe to print (see ``text.clean``)."""
+        name = one_line(name, 200)
         try:
             nb = read_notebook(data, name, self.course.limits.upload_bytes)
             slug = expect_lesson or lesson_of(nb)
@@ -105,7 +100,7 @@ class Grader:
             return failed_result(name, expect_lesson, str(exc))
         result = self._grade(kit, sub, hashlib.sha256(data).hexdigest())
         result["file"] = name
-        return result
+        return _cleaned(result)
 
     def _grade(self, kit: LessonKit, sub: Any, digest: str) -> dict[str, Any]:
         lesson = kit.lesson
@@ -124,38 +119,14 @@ class Grader:
                 ],
             }
         ]
-        vetoes, suppressed = [], []
+        vetoes: list[dict[str, Any]] = []
+        suppressed: list[dict[str, Any]] = []
+        released = self.course.released(lesson.slug)
         for qid in QUESTION_IDS:
-            text = sub.answers.get(qid, "")
-            messages = list(sub.notes.get(qid, []))
-            if not text.strip():
-                messages.append("没有作答。")
-                items.append(
-                    {
-                        "id": qid,
-                        "points": 0.0,
-                        "max": float(QUESTION_POINTS),
-                        "messages": messages,
-                        "key_points": [],
-                        "missing": [k.says for k in kit.rubric.key_points[qid]],
-                    }
-                )
+            item, res = _answer_item(kit.rubric, qid, sub.answers.get(qid, ""), sub.notes.get(qid, []), released)
+            items.append(item)
+            if res is None:
                 continue
-            res = score_answer(kit.rubric, qid, text)
-            for kp, ev in res.found:
-                messages.append(f"✓ {kp.says}（依据：「{ev.sentence}」）")
-            for kp in res.missing:
-                messages.append(f"✗ 未找到要点：{kp.says}")
-            items.append(
-                {
-                    "id": qid,
-                    "points": res.points,
-                    "max": res.max,
-                    "messages": messages,
-                    "key_points": [{"id": k.id, "points": k.points, "evidence": e.sentence} for k, e in res.found],
-                    "missing": [k.says for k in res.missing],
-                }
-            )
             vetoes += [
                 {"id": v.id, "question": qid, "evidence": e.sentence, "message": f"{v.says}。{v.explain}"}
                 for v, e in res.vetoes
@@ -167,7 +138,7 @@ class Grader:
         errors = []
         if code.report.submission_timed_out:
             errors.append("整份提交超过了运行时间上限，已被终止。")
-        if not self.sandbox:
+        if not self.sandbox and code.report.cells:
             errors.append("未使用沙箱运行（--no-sandbox）。")
         return {
             "lesson": lesson.slug,
@@ -182,7 +153,47 @@ class Grader:
             "sandbox": self.sandbox,
             "overrides": [],
             "sha256": digest,
+            "graded": True,
+            "course_faults": code.course_faults,
         }
+
+
+def _answer_item(
+    rubric: Rubric, qid: str, text: str, notes: list[str], released: bool
+) -> tuple[dict[str, Any], AnswerResult | None]:
+    """Score one short answer. A missed key point shows its hint until the lesson's answers are released,
+    and the key point itself after: before release, feedback must not hand out the answer key."""
+    messages = list(notes)
+    res = score_answer(rubric, qid, text) if text.strip() else None
+    if res is None:
+        messages.append("没有作答。")
+        missing = rubric.key_points[qid]
+    else:
+        messages += getattr(res, "notes", [])  # TEMP until rubric notes land
+        messages += [f"✓ {kp.says}（依据：「{ev.sentence}」）" for kp, ev in res.found]
+        missing = res.missing
+    for kp in missing:
+        messages.append(f"✗ 未找到要点：{kp.says}" if released else f"✗ 还缺一个要点。提示：{getattr(kp, 'hint', '')}")
+    item = {
+        "id": qid,
+        "points": res.points if res else 0.0,
+        "max": float(QUESTION_POINTS),
+        "messages": messages,
+        "key_points": [{"id": k.id, "points": k.points, "evidence": e.sentence} for k, e in res.found] if res else [],
+        "missing": [k.id for k in missing],
+    }
+    return item, res
+
+
+def _cleaned(value: Any) -> Any:
+    """Every string in a result made safe to print and encode (lone surrogates, control characters)."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, list):
+        return [_cleaned(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _cleaned(v) for k, v in value.items()}
+    return value
 
 
 def failed_result(name: str, lesson: str | None, message: str) -> dict[str, Any]:
@@ -203,62 +214,6 @@ def failed_result(name: str, lesson: str | None, message: str) -> dict[str, Any]
         "suppressed": [],
         "errors": [message],
         "overrides": [],
+        "graded": False,
+        "course_faults": [],
     }
-
-
-def apply_overrides(result: dict[str, Any], entry: dict[str, Any], pass_mark: float) -> None:
-    """Apply an instructor's override entry: item points and/or lifted vetoes, each with a reason."""
-    reason = entry["reason"]
-    for item_id, points in (entry.get("items") or {}).items():
-        item = next(i for i in result["items"] if i["id"] == item_id)
-        result["overrides"].append({"target": item_id, "from": item["points"], "to": float(points), "reason": reason})
-        item["points"] = float(points)
-        item["messages"].append(f"教师调整了本项得分：{reason}")
-    for veto_id in entry.get("lift_vetoes") or []:
-        kept = [v for v in result["vetoes"] if v["id"] != veto_id]
-        if len(kept) != len(result["vetoes"]):
-            result["overrides"].append(
-                {"target": f"veto:{veto_id}", "from": "vetoed", "to": "lifted", "reason": reason}
-            )
-        result["vetoes"] = kept
-    result["total"] = round(sum(i["points"] for i in result["items"]), 2)
-    result["passed"] = result["total"] >= pass_mark and not result["vetoes"]
-
-
-def load_overrides(path: Path, course: Course) -> dict[str, dict[str, Any]]:
-    """Read an overrides file: ``{file name or sha256: {items: {q1: 2}, lift_vetoes: [id], reason: ...}}``."""
-    from .yamlio import load_yaml
-
-    display = str(path)
-    if not path.is_file():
-        raise SourceError(display, None, "overrides file not found")
-    data = load_yaml(path.read_text(encoding="utf-8"), display) or {}
-    lines = path.read_text(encoding="utf-8").splitlines()
-
-    def line_of(key: str) -> int | None:
-        return next((i for i, line in enumerate(lines, start=1) if f"{key}:" in line), None)
-
-    if not isinstance(data, dict):
-        raise SourceError(display, 1, "overrides must map a submission (file name or sha256) to its override")
-    for key, entry in data.items():
-        where = line_of(str(key))
-        if not isinstance(entry, dict) or not isinstance(entry.get("reason"), str) or not entry["reason"].strip():
-            raise SourceError(display, where, f"override for {key!r} needs a non-empty 'reason'")
-        unknown = set(entry) - {"items", "lift_vetoes", "reason"}
-        if unknown:
-            raise SourceError(
-                display,
-                where,
-                f"override for {key!r} has unknown key(s) {sorted(unknown)}; use items, lift_vetoes, reason",
-            )
-        for item_id, points in (entry.get("items") or {}).items():
-            limit = CODE_POINTS if item_id == "code" else QUESTION_POINTS if item_id in QUESTION_IDS else None
-            if limit is None:
-                raise SourceError(
-                    display, where, f"override for {key!r}: unknown item {item_id!r}; use code, q1, q2 or q3"
-                )
-            if isinstance(points, bool) or not isinstance(points, (int, float)) or not 0 <= points <= limit:
-                raise SourceError(display, where, f"override for {key!r}: {item_id} must be a number from 0 to {limit}")
-        if not isinstance(entry.get("lift_vetoes") or [], list):
-            raise SourceError(display, where, f"override for {key!r}: lift_vetoes must be a list of veto ids")
-    return {str(k): v for k, v in data.items()}

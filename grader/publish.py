@@ -44,6 +44,27 @@ def publish_tree(repo: Path, tree_dir: Path, branch: str, message: str) -> str |
     return commit
 
 
+def source_state(repo: Path, allow_dirty: bool) -> str:
+    """The commit the trees are built from, for the publish message; refuse a dirty tree unless allowed.
+
+    A published student branch must be reproducible from a commit: uncommitted edits (a half-written
+    solution, a rubric being tuned) would otherwise reach students without a trace.
+    """
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", "HEAD"], capture_output=True, text=True
+    )
+    commit = head.stdout.strip() if head.returncode == 0 else "no commit yet"
+    dirty = _git(repo, "status", "--porcelain", "--untracked-files=normal")
+    if dirty and not allow_dirty:
+        first = dirty.splitlines()[:5]
+        raise CourseError(
+            "the working tree has uncommitted changes, so the published trees would match no commit:\n  "
+            + "\n  ".join(first)
+            + "\ncommit them first, or pass --allow-dirty"
+        )
+    return f"{commit} (with uncommitted changes)" if dirty else commit
+
+
 def repo_root(path: Path) -> Path:
     proc = subprocess.run(["git", "-C", str(path), "rev-parse", "--show-toplevel"], capture_output=True, text=True)
     if proc.returncode != 0:

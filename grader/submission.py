@@ -8,13 +8,17 @@ are ignored; the graded notebook is rebuilt from the lesson source.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import nbformat
 
 from .lesson import QUESTION_IDS, Lesson
 from .notebook import ANSWER_PLACEHOLDER
+from .text import clean, one_line
 
 
 class SubmissionError(Exception):
@@ -27,9 +31,42 @@ class Submission:
     code: dict[str, str | None]  # exercise id -> source, None when the cell cannot be located
     answers: dict[str, str]  # question id -> answer text ('' when missing)
     notes: dict[str, list[str]] = field(default_factory=dict)  # item id -> messages for the student
+    extra_code_cells: int = 0  # non-empty code cells the student added; they are not run
 
     def note(self, item: str, message: str) -> None:
         self.notes.setdefault(item, []).append(message)
+
+
+def read_submission_file(path: Path, max_bytes: int) -> bytes:
+    """Read a submission that is a regular file, and nothing else.
+
+    A symlink could make one student's entry grade another's notebook, and a named pipe or a device
+    would block the batch for ever, so both are refused before anything is read.
+    """
+    name = path.name
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        raise SubmissionError(f"{name}：无法读取文件（{exc.strerror}）。") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise SubmissionError(f"{name}：这是一个符号链接，不是文件本身；请提交 notebook 文件本身。")
+    if stat.S_ISDIR(info.st_mode):
+        raise SubmissionError(f"{name}：这是一个文件夹；请提交其中的 .ipynb 文件。")
+    if not stat.S_ISREG(info.st_mode):
+        raise SubmissionError(f"{name}：不是普通文件（管道、设备或套接字），无法评阅；请提交 .ipynb 文件。")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise SubmissionError(f"{name}：无法读取文件（{exc.strerror}）。") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):  # swapped after lstat
+            raise SubmissionError(f"{name}：不是普通文件，无法评阅；请提交 .ipynb 文件。")
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise SubmissionError(
+            f"{name}：文件超过上限 {max_bytes:,} 字节。请清除输出（Kernel → Restart & Clear Output）后重新提交。"
+        )
+    return data
 
 
 def read_notebook(data: bytes, name: str, max_bytes: int) -> nbformat.NotebookNode:
@@ -81,7 +118,9 @@ def extract(nb: nbformat.NotebookNode, lesson: Lesson, name: str) -> Submission:
             f"{name}：notebook 中没有课程信息（metadata.course），无法判断是哪一课。请从课程网站下载本课的 notebook 后填写。"
         )
     if found != lesson.slug:
-        raise SubmissionError(f"{name}：这是 {found} 的 notebook，而不是 {lesson.slug} 的。请提交对应课次的 notebook。")
+        raise SubmissionError(
+            f"{name}：这是 {one_line(found, 40)} 的 notebook，而不是 {lesson.slug} 的。请提交对应课次的 notebook。"
+        )
 
     cells = [c for c in nb.get("cells", []) if isinstance(c, dict)]
     expected = [(ex.id, "exercise", "code") for ex in lesson.exercises] + [(q, "answer", None) for q in QUESTION_IDS]
@@ -116,7 +155,15 @@ def extract(nb: nbformat.NotebookNode, lesson: Lesson, name: str) -> Submission:
         if role == "exercise":
             sub.code[ident] = text
         else:
-            sub.answers[ident] = "" if text.strip() == ANSWER_PLACEHOLDER else text
+            sub.answers[ident] = "" if text.strip() == ANSWER_PLACEHOLDER else clean(text)
+    sub.extra_code_cells = sum(
+        1
+        for i, c in enumerate(cells)
+        if i not in positions
+        and c.get("cell_type") == "code"
+        and _course_meta(c).get("role") != "selfcheck"
+        and _source(c).strip()
+    )
     if positions != sorted(positions):
         sub.note("code", "部分单元的顺序被移动过；评分时按课程规定的顺序重新排列。")
     return sub

@@ -16,7 +16,8 @@ from helpers import REPO, item, reference_code, submission
 from grader.cli import main
 from grader.course import load_course
 from grader.errors import SourceError
-from grader.grade import Grader, apply_overrides, load_overrides
+from grader.grade import Grader
+from grader.overrides import apply_override, load_overrides
 from grader.report import feedback_html
 
 SAMPLES = REPO / "examples/submissions/lesson04"
@@ -171,31 +172,34 @@ def test_overrides_change_points_and_lift_vetoes(course, grader, tmp_path):
     result = grader.grade_file(SAMPLES / "vetoed-answer.ipynb")
     path = tmp_path / "overrides.yml"
     path.write_text(
-        "vetoed-answer.ipynb:\n  items: {q3: 2}\n  lift_vetoes: [dp-cuts-memory]\n  reason: 学生在答疑中澄清了表述\n",
+        "2026005:\n  items: {q3: 2}\n  lift_vetoes: [dp-cuts-memory]\n  reason: 学生在答疑中澄清了表述\n",
         encoding="utf-8",
     )
-    entry = load_overrides(path, course)["vetoed-answer.ipynb"]
-    apply_overrides(result, entry, course.pass_mark)
+    entry = load_overrides(path)["2026005"]
+    apply_override(result, entry, course.pass_mark)
     assert result["vetoes"] == [] and result["passed"] is True and item(result, "q3")["points"] == 2
     assert {o["target"] for o in result["overrides"]} == {"q3", "veto:dp-cuts-memory"}
     assert all(o["reason"] == "学生在答疑中澄清了表述" for o in result["overrides"])
 
 
 @pytest.mark.parametrize(
-    "text, fragment",
+    "text, fragment, line",
     [
-        ("x.ipynb:\n  items: {q3: 2}\n", "needs a non-empty 'reason'"),
-        ("x.ipynb:\n  items: {q4: 2}\n  reason: r\n", "unknown item 'q4'"),
-        ("x.ipynb:\n  items: {q1: 5}\n  reason: r\n", "from 0 to 2"),
-        ("x.ipynb: [\n", "invalid YAML"),
+        ("s1:\n  items: {q3: 2}\n", "needs a non-empty 'reason'", 1),
+        ("s0:\n  reason: ok\ns1:\n  items:\n    q1: 1\n    q4: 2\n  reason: r\n", "unknown item 'q4'", 6),
+        ("s1:\n  items: {q1: 5}\n  reason: r\n", "from 0 to 2", 2),
+        ("s1:\n  reason: r\n  lift: [x]\n", "unknown key(s) ['lift']", 1),
+        ("s1: [\n", "invalid YAML", None),
     ],
 )
-def test_bad_overrides_file_is_reported(course, tmp_path, text, fragment):
+def test_bad_overrides_file_is_reported(tmp_path, text, fragment, line):
     path = tmp_path / "o.yml"
     path.write_text(text, encoding="utf-8")
     with pytest.raises(SourceError) as info:
-        load_overrides(path, course)
-    assert fragment in str(info.value) and str(info.value).startswith(str(path))
+        load_overrides(path)
+    assert fragment in str(info.value) and info.value.path == str(path)
+    if line is not None:
+        assert info.value.line == line
 
 
 def test_cli_batch_json_csv_and_reports(tmp_path, capsys):
@@ -218,10 +222,10 @@ def test_cli_batch_json_csv_and_reports(tmp_path, capsys):
             str(tmp_path / "rep"),
         ]
     )
-    assert code == 0
+    assert code == 1  # garbage.ipynb could not be graded
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert [r["total"] for r in lines] == [10, lines[1]["total"], 0] and lines[2]["errors"]
-    rows = list(csv.DictReader(io.StringIO((tmp_path / "book.csv").read_text(encoding="utf-8"))))
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "book.csv").read_text(encoding="utf-8-sig"))))
     assert [r["passed"] for r in rows] == ["yes", "no", "no"] and rows[1]["vetoes"] == "dp-cuts-memory"
     assert {"code", "q1", "q2", "q3", "total", "vetoes"} <= set(rows[0])
     assert len(list((tmp_path / "rep").glob("*.html"))) == 3 and len(list((tmp_path / "rep").glob("*.md"))) == 3
