@@ -22,10 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader.batch import default_jobs, grade_many  # noqa: E402
+from grader.batch import default_jobs, grade_many, plan  # noqa: E402
 from grader.course import load_course  # noqa: E402
 
-REFERENCE = ROOT / "examples/submissions/lesson04/reference.ipynb"
+REFERENCE = ROOT / "examples/submissions/lesson04/2026001/lesson04.ipynb"  # the reference sample
 
 
 def run(n: int, jobs: int, sandbox: bool) -> float:
@@ -37,7 +37,7 @@ def run(n: int, jobs: int, sandbox: bool) -> float:
             shutil.copyfile(REFERENCE, p)
             paths.append(p)
         start = time.perf_counter()
-        results = grade_many(course, paths, jobs=jobs, sandbox=sandbox, progress=False)
+        results = grade_many(course, plan(course, paths, None), jobs=jobs, sandbox=sandbox, progress=False)
         elapsed = time.perf_counter() - start
     assert all(r["total"] == 10 for r in results), "the reference must score 10 in every copy"
     return elapsed

@@ -1,7 +1,9 @@
-"""Regenerate the bundled sample submissions of lesson 4 from the lesson source.
+"""Regenerate the bundled sample class of lesson 4 from the lesson source.
 
-Each sample is what a student's notebook would look like in one typical situation. The files are
-committed; tests/test_samples.py checks that they are still what this script writes.
+Each student's notebook shows one typical situation, in one folder per student as an LMS bulk
+download gives them (``examples/submissions/lesson04/<id>/lesson04.ipynb``), with the class roster in
+``examples/roster.csv``. The files are committed; tests/test_samples.py checks that they are still
+what this script writes.
 
     .venv/bin/python examples/make_samples.py
 """
@@ -18,6 +20,26 @@ from grader.course import load_course  # noqa: E402
 from grader.notebook import build_notebook, dumps  # noqa: E402
 
 OUT = ROOT / "examples/submissions/lesson04"
+ROSTER = ROOT / "examples/roster.csv"
+# situation -> (student id, name)
+STUDENTS = {
+    "reference": ("2026001", "张三"),
+    "untouched": ("2026002", "李四"),
+    "wrong-function": ("2026003", "王五"),
+    "syntax-error": ("2026004", "赵六"),
+    "vetoed-answer": ("2026005", "钱七"),
+    "partial-answers": ("2026006", "孙八"),
+}
+
+
+def sample_path(situation: str) -> Path:
+    """Where the sample notebook of one situation lives."""
+    return OUT / STUDENTS[situation][0] / "lesson04.ipynb"
+
+
+def roster_text() -> str:
+    return "student,name,email\n" + "".join(f"{sid},{name},\n" for sid, name in STUDENTS.values())
+
 
 VETOED_Q3 = (
     "DP 的好处是卡越多，每张卡需要存的参数和优化器状态就越少，dp=8 时每卡只存 1/8 的模型。"
@@ -56,10 +78,13 @@ def samples() -> dict[str, str]:
 
 
 def main() -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
-    for name, text in samples().items():
-        (OUT / f"{name}.ipynb").write_text(text, encoding="utf-8")
-        print(f"wrote {OUT.relative_to(ROOT)}/{name}.ipynb")
+    for situation, text in samples().items():
+        path = sample_path(situation)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        print(f"wrote {path.relative_to(ROOT)} ({situation})")
+    ROSTER.write_text(roster_text(), encoding="utf-8")
+    print(f"wrote {ROSTER.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -169,11 +169,14 @@ def _answer_item(
         messages.append("没有作答。")
         missing = rubric.key_points[qid]
     else:
-        messages += getattr(res, "notes", [])  # TEMP until rubric notes land
-        messages += [f"✓ {kp.says}（依据：「{ev.sentence}」）" for kp, ev in res.found]
+        messages += res.notes
+        messages += [
+            f"✓ {kp.says}（依据：「{ev.sentence}」）" if released else f"✓ 答到了一个要点（依据：「{ev.sentence}」）"
+            for kp, ev in res.found
+        ]
         missing = res.missing
     for kp in missing:
-        messages.append(f"✗ 未找到要点：{kp.says}" if released else f"✗ 还缺一个要点。提示：{getattr(kp, 'hint', '')}")
+        messages.append(f"✗ 未找到要点：{kp.says}" if released else f"✗ 还缺一个要点。提示：{kp.hint}")
     item = {
         "id": qid,
         "points": res.points if res else 0.0,

@@ -1,26 +1,52 @@
 """Score short answers by key points, and veto answers that assert a known misconception.
 
 Matching is on characters, not on segmented words (see docs/rubric.md for the reasons): the text
-is normalised (NFKC, lower case) and cut into sentences and clauses; a pattern is a *head* (the
-predicate) plus groups that must occur in the same sentence. Negation is read off the head alone,
-by the parity of cue words in a short window before it (cut at clause boundaries and contrast
-words) plus post-verbal negators (解决不了). A sentence that is a question, a reported belief, a
-refuted claim or a hedge is not the student's own assertion: it earns no key point that needs an
-assertion, and it never fires a veto. Every veto match that is suppressed is recorded with why.
-Student text is only ever matched against regular expressions; it is never executed.
+is normalised (Traditional → Simplified, NFKC, lower case, invisible characters dropped) and cut
+into sentences and clauses; a pattern is a *head* (the predicate) plus groups that must occur in
+the same sentence. Negation is read off the head alone, by the parity of cue words in a short
+window before it (cut at clause boundaries and contrast words) plus post-verbal negators (解决不了).
+A sentence that is a question, a reported belief, a refuted claim or a hedge is not the student's
+own assertion: it earns no key point that needs an assertion, and it never fires a veto. Every veto
+match that is suppressed is recorded with why.
+
+Student text is hostile: it is only ever matched against regular expressions, never executed; it
+is cut at ``MAX_ANSWER_CHARS`` and every pass over it is bounded (matches per sentence, regions per
+sentence), so that no answer can keep the grader busy; evidence shown back is made safe to print.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
 
 from .errors import SourceError
 from .lesson import QUESTION_IDS, QUESTION_POINTS
+from .text import clean
 from .yamlio import load_yaml
+
+if TYPE_CHECKING:
+    import opencc
+
+# --- bounds ------------------------------------------------------------------------------------
+# An honest answer to one question is a few hundred characters; 3000 leaves a wide margin and
+# bounds the work a pasted essay (or a 45 KB repeated clause) can cause.
+MAX_ANSWER_CHARS = 3000
+MAX_HITS = 256  # matches of one term kept per sentence
+MAX_HEADS = 64  # head matches tried per pattern and sentence
+MAX_REGIONS = 16  # reported/refuted spans kept per sentence
+
+# --- student-facing notes (Chinese) ------------------------------------------------------------
+NOTE_TRUNCATED = "答案超过 {limit} 个字符，只评阅了前 {limit} 个字符，后面的内容没有计分。"
+NOTE_NO_CHINESE = "本题按中文作答评阅：答案中没有找到中文内容，请用中文回答。"
 
 # --- cue lists -------------------------------------------------------------------------------
 _NEG_CUES = [
@@ -125,25 +151,84 @@ NEG_WINDOW = 16
 STATUSES = ("question", "reported", "refuted", "hedged")
 
 
-# --- text ------------------------------------------------------------------------------------
+_INVISIBLE = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad")  # zero-width characters, soft hyphen
+_LINE_BREAKS = frozenset("\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")  # read as a line break
+_HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]")
+
+
+# --- text --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Sentence:
     index: int
-    start: int  # offsets into the normalised text
+    start: int  # offset of ``text`` in the normalised answer
     text: str  # normalised, used for matching
-    original: str  # as the student wrote it, for evidence
+    original: str  # as the student wrote it, made safe to print: the evidence shown
     status: str  # asserted | question | reported | refuted | hedged
     regions: tuple[tuple[int, int, str], ...]  # (start, end, status) sub-spans with their own status
+    raw: str = ""  # the student's text of this sentence, unstripped and unsanitised
+    origin: tuple[int, ...] = ()  # origin[k]: index in ``raw`` of the character behind text[k]
+
+
+@functools.cache
+def _converter() -> opencc.OpenCC:
+    """One Traditional → Simplified converter per process, made on first use (loading costs)."""
+    import opencc
+
+    return opencc.OpenCC("t2s")
+
+
+def _simplified(text: str) -> str:
+    """Traditional → Simplified, one output character per input character.
+
+    The whole text is converted first, so that phrases convert with their context. If that changed
+    the length or moved a non-Han character (the offset map would be wrong), every character is
+    converted on its own instead, keeping any that would not convert to exactly one character.
+    """
+    conv = _converter()
+    whole = conv.convert(text)
+    if len(whole) == len(text) and all(a == b or (_HAN.match(a) and _HAN.match(b)) for a, b in zip(text, whole)):
+        return whole
+    out = []
+    for ch in text:
+        one = conv.convert(ch) if _HAN.match(ch) else ch
+        out.append(one if len(one) == 1 else ch)
+    return "".join(out)
+
+
+def normalise_mapped(text: str) -> tuple[str, tuple[int, ...]]:
+    """The text the rubric matches, and for each of its characters the index it came from.
+
+    Per character: zero-width characters and soft hyphens are dropped (they would split a term),
+    other line-separating controls become a newline, remaining control characters are dropped,
+    lone surrogates become U+FFFD, the rest is NFKC-folded (full-width forms) and lower-cased,
+    which may give several characters. Then Traditional becomes Simplified, length-preserving.
+    """
+    chars: list[str] = []
+    origin: list[int] = []
+    for i, ch in enumerate(text):
+        if ch in _INVISIBLE:
+            continue
+        if ch in _LINE_BREAKS:
+            out = "\n"
+        elif "\ud800" <= ch <= "\udfff":
+            out = "\ufffd"
+        elif ch not in "\n\t" and unicodedata.category(ch) == "Cc":
+            continue
+        else:
+            out = unicodedata.normalize("NFKC", ch).lower()
+        chars.extend(out)
+        origin.extend([i] * len(out))
+    return _simplified("".join(chars)), tuple(origin)
 
 
 def normalise(text: str) -> str:
-    """NFKC and lower case, one output character per input character where possible."""
-    out = []
-    for ch in text:
-        n = unicodedata.normalize("NFKC", ch).lower()
-        low = ch.lower()
-        out.append(n if len(n) == 1 else low if len(low) == 1 else ch)
-    return "".join(out)
+    """The text the rubric matches (see ``normalise_mapped``)."""
+    return normalise_mapped(text)[0]
+
+
+def _safe(raw: str) -> str:
+    """Student text made safe to print: no lone surrogates, no control characters but newline."""
+    return clean(raw).replace("\t", " ")
 
 
 def _mask(text: str, words: list[str]) -> str:
@@ -153,7 +238,8 @@ def _mask(text: str, words: list[str]) -> str:
 
 
 def split_sentences(original: str) -> list[Sentence]:
-    norm = normalise(original)
+    """Cut an answer into sentences, each with its status and its original text for evidence."""
+    norm, origin = normalise_mapped(original)
     pieces: list[tuple[int, int]] = []
     pos = 0
     for m in _SENTENCE_END.finditer(norm):
@@ -167,27 +253,42 @@ def split_sentences(original: str) -> list[Sentence]:
         text = norm[s:e]
         nxt = norm[raw[i + 1][0] : raw[i + 1][1]].strip() if i + 1 < len(raw) else ""
         status, regions = _status(text, nxt)
-        sentences.append(Sentence(i, s, text, original[s:e].strip(), status, regions))
+        lo, hi = origin[s], origin[e - 1] + 1
+        piece = original[lo:hi]
+        sentences.append(
+            Sentence(i, s, text, _safe(piece).strip(), status, regions, piece, tuple(o - lo for o in origin[s:e]))
+        )
     return sentences
 
 
 def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str], ...]]:
-    """Whole-sentence status, plus spans with a status of their own (reported or refuted parts)."""
+    """Whole-sentence status, plus spans with a status of their own (reported or refuted parts).
+
+    Linear in the sentence: contrast words and refutations are found once and looked up by
+    bisection, and at most ``MAX_REGIONS`` spans of each kind are kept.
+    """
     stripped = text.strip()
     if _QUESTION_END.search(stripped) or _QUESTION_CUES.search(text) or _A_NOT_A.search(_mask(text, _FALSE_CUES)):
         return "question", ()
+    contrasts = [m.span() for m in _CONTRAST.finditer(text)]
+    contrast_starts = [a for a, _ in contrasts]
+    contrast_ends = [b for _, b in contrasts]
+    refutations = [m.start() for m in islice(_REFUTATION.finditer(text), MAX_REGIONS)]
     regions: list[tuple[int, int, str]] = []
-    refutations = list(_REFUTATION.finditer(text))
-    for m in _REPORTED.finditer(text):
-        ends = [c.start() for c in _CONTRAST.finditer(text, m.end())] + [
-            r.start() for r in refutations if r.start() >= m.end()
-        ]
-        regions.append((m.start(), min(ends, default=len(text)), "reported"))
+    for m in islice(_REPORTED.finditer(text), MAX_REGIONS):
+        ends = [len(text)]
+        k = bisect_left(contrast_starts, m.end())
+        if k < len(contrast_starts):
+            ends.append(contrast_starts[k])
+        k = bisect_left(refutations, m.end())
+        if k < len(refutations):
+            ends.append(refutations[k])
+        regions.append((m.start(), min(ends), "reported"))
     if _REFUTATION_START.search(next_text):
         return "refuted", ()
-    for m in refutations:
-        contrasts = list(_CONTRAST.finditer(text, 0, m.start()))
-        regions.append((contrasts[-1].end() if contrasts else 0, m.start(), "refuted"))
+    for r in refutations:
+        k = bisect_right(contrast_ends, r)  # the last contrast word that ends before the refutation
+        regions.append((contrast_ends[k - 1] if k else 0, r, "refuted"))
     if _HEDGES.search(_mask(text, _HEDGE_FALSE)):
         return "hedged", tuple(regions)
     return "asserted", tuple(regions)
@@ -213,13 +314,19 @@ def negated(text: str, start: int, end: int, masks: tuple[tuple[int, int], ...] 
     """Is the word at text[start:end] negated? Parity of cues before it, within its clause.
 
     ``masks`` are spans of other terms of the same pattern: a cue inside a named term (the 没 of
-    梯度还没算出) belongs to that term and does not negate the head.
+    梯度还没算出) belongs to that term and does not negate the head. Only the ``NEG_WINDOW``
+    characters before the head are read, so a call costs the same whatever the sentence's length.
     """
+    lo = max(0, start - NEG_WINDOW)
+    chars = list(text[lo:start])
     for a, b in masks:
-        if b <= start:
-            text = text[:a] + "＿" * (b - a) + text[b:]
-    clause_start, _ = _clause(text, start)
-    window = text[max(clause_start, start - NEG_WINDOW) : start]
+        if lo < b <= start:
+            for k in range(max(a, lo), b):
+                chars[k - lo] = "＿"
+    window = "".join(chars)
+    cuts = list(_CLAUSE_END.finditer(window))
+    if cuts:
+        window = window[cuts[-1].end() :]
     terminators = list(_TERMINATORS.finditer(window))
     if terminators:
         window = window[terminators[-1].end() :]
@@ -238,7 +345,7 @@ _CUE_RE = re.compile(
 )
 
 
-# --- rubric model ----------------------------------------------------------------------------
+# --- rubric model ------------------------------------------------------------------------------
 @dataclass
 class Pattern:
     head: re.Pattern[str] | None
@@ -255,7 +362,8 @@ class Pattern:
 class KeyPoint:
     id: str
     points: float
-    says: str
+    says: str  # the key point itself: shown once the lesson's answers are released
+    hint: str  # a nudge that does not give the answer away: shown before release
     patterns: list[Pattern]
 
 
@@ -284,8 +392,8 @@ class Rubric:
 
 @dataclass
 class Evidence:
-    sentence: str
-    start: int
+    sentence: str  # the student's sentence, safe to print
+    start: int  # span of the matched word in ``sentence`` (0, 0 when there is none)
     end: int
 
 
@@ -298,6 +406,7 @@ class AnswerResult:
     missing: list[KeyPoint]
     vetoes: list[tuple[Veto, Evidence]]
     suppressed: list[tuple[Veto, Evidence, str]]
+    notes: list[str] = field(default_factory=list)  # for the student, in Chinese
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -310,15 +419,27 @@ class AnswerResult:
             "missing": [k.id for k in self.missing],
             "vetoes": [{"id": v.id, "evidence": e.sentence, "span": [e.start, e.end]} for v, e in self.vetoes],
             "suppressed": [{"id": v.id, "evidence": e.sentence, "reason": r} for v, e, r in self.suppressed],
+            "notes": list(self.notes),
         }
 
 
-# --- loading ---------------------------------------------------------------------------------
+# --- loading -----------------------------------------------------------------------------------
 class _Loader:
     def __init__(self, path: str, text: str) -> None:
         self.path = path
         self.lines = text.splitlines()
         self.lexicon: dict[str, list[str]] = {}
+        self.positions = _positions(text)
+
+    def item_line(self, keys: tuple[str, ...], index: int) -> int | None:
+        """The 1-based line of item ``index`` of the list at ``keys``, as the YAML parser saw it."""
+        node: Any = self.positions
+        try:
+            for key in keys:
+                node = node[key]
+            return int(node.lc.item(index)[0]) + 1
+        except (KeyError, IndexError, TypeError, AttributeError):
+            return None
 
     def line(self, needle: str) -> int | None:
         for i, line in enumerate(self.lines, start=1):
@@ -399,6 +520,27 @@ class _Loader:
         return [self.pattern(p, where) for p in pats]
 
 
+def _positions(text: str) -> Any:
+    """The rubric parsed again by the round-trip loader, only for the line numbers it records."""
+    try:
+        return YAML(typ="rt", pure=True).load(text)
+    except YAMLError:
+        return None
+
+
+_KEY_POINT_TEXT = {
+    "says": "the key point in one sentence, shown to the student once the answers are released",
+    "hint": "a Chinese hint shown before release that points the way without giving the answer",
+}
+
+
+def _required_text(raw: dict[str, Any], key: str, what: str, display: str, line: int | None) -> str:
+    value = raw.get(key)
+    if not isinstance(value, str) or not value.strip():
+        raise SourceError(display, line, f"{what}: needs '{key}:', {_KEY_POINT_TEXT[key]}")
+    return value.strip()
+
+
 def load_rubric(path: Path, display: str) -> Rubric:
     """Load and validate ``rubric.yml``; errors name the file and the line of the offending entry."""
     if not path.is_file():
@@ -421,14 +563,18 @@ def load_rubric(path: Path, display: str) -> Rubric:
         if not isinstance(q, dict) or not isinstance(q.get("key_points"), list):
             raise ld.fail("questions:", f"question {qid} needs a 'key_points:' list")
         kps = []
-        for raw in q["key_points"]:
+        for n, raw in enumerate(q["key_points"]):
+            line = ld.item_line(("questions", qid, "key_points"), n)
             kid = raw.get("id") if isinstance(raw, dict) else None
             if not isinstance(kid, str):
-                raise ld.fail(f"{qid}:", f"every key point of {qid} needs an 'id'")
+                raise SourceError(display, line or ld.line(f"{qid}:"), f"every key point of {qid} needs an 'id'")
+            line = line or ld.line(f"id: {kid}")
             pts = raw.get("points")
             if isinstance(pts, bool) or not isinstance(pts, (int, float)) or pts <= 0:
-                raise ld.fail(f"id: {kid}", f"key point {kid}: 'points' must be a positive number")
-            kps.append(KeyPoint(kid, float(pts), str(raw.get("says", kid)), ld.patterns(raw, f"id: {kid}")))
+                raise SourceError(display, line, f"key point {kid}: 'points' must be a positive number")
+            says = _required_text(raw, "says", f"key point {kid}", display, line)
+            hint = _required_text(raw, "hint", f"key point {kid}", display, line)
+            kps.append(KeyPoint(kid, float(pts), says, hint, ld.patterns(raw, f"id: {kid}")))
         total = sum(k.points for k in kps)
         if abs(total - QUESTION_POINTS) > 1e-9:
             raise ld.fail(f"{qid}:", f"the key points of {qid} add up to {total:g}, not {QUESTION_POINTS}")
@@ -461,49 +607,98 @@ def load_rubric(path: Path, display: str) -> Rubric:
     return Rubric(display, key_points, vetoes)
 
 
-# --- matching --------------------------------------------------------------------------------
-def _match(
-    p: Pattern, sentences: list[Sentence], i: int, allowed: tuple[str, ...]
-) -> tuple[Evidence | None, str | None]:
-    """Try a head-pattern on sentence i. Returns (evidence, None) on a match, or (None, why-not)."""
-    s = sentences[i]
+# --- matching ----------------------------------------------------------------------------------
+Span = tuple[int, int]
+
+
+class _Answer:
+    """An answer cut into sentences, with each term's matches per sentence found once.
+
+    Patterns share lexicon terms and are tried sentence by sentence; caching the matches keeps
+    every pass linear in the text, and ``MAX_HITS`` bounds what one sentence can hold.
+    """
+
+    def __init__(self, sentences: list[Sentence]) -> None:
+        self.sentences = sentences
+        self._hits: dict[tuple[int, re.Pattern[str]], list[Span]] = {}
+
+    def hits(self, i: int, rx: re.Pattern[str]) -> list[Span]:
+        """Non-overlapping matches of ``rx`` in sentence i, in order (so their ends ascend too)."""
+        key = (i, rx)
+        if key not in self._hits:
+            self._hits[key] = [m.span() for m in islice(rx.finditer(self.sentences[i].text), MAX_HITS)]
+        return self._hits[key]
+
+
+def _within(spans: list[Span], lo: int, hi: int) -> Span | None:
+    """The first span inside [lo, hi), if any."""
+    k = bisect_left(spans, lo, key=lambda sp: sp[0])
+    return spans[k] if k < len(spans) and spans[k][1] <= hi else None
+
+
+def _nearest(spans: list[Span], pos: int) -> Span | None:
+    """The span whose start is nearest to ``pos`` (the earlier one on a tie)."""
+    k = bisect_left(spans, pos, key=lambda sp: sp[0])
+    near = [spans[j] for j in (k - 1, k) if 0 <= j < len(spans)]
+    return min(near, key=lambda sp: abs(sp[0] - pos), default=None)
+
+
+def _evidence(s: Sentence, start: int = 0, end: int = 0) -> Evidence:
+    """Evidence for text[start:end] of a sentence, located in the student's own text of it."""
+    if end <= start or not s.origin:
+        return Evidence(s.original, 0, 0)
+    lead = len(_safe(s.raw)) - len(_safe(s.raw).lstrip())
+    a = len(_safe(s.raw[: s.origin[start]])) - lead
+    b = len(_safe(s.raw[: s.origin[end - 1] + 1])) - lead
+    return Evidence(s.original, max(0, min(a, len(s.original))), max(0, min(b, len(s.original))))
+
+
+def _match(p: Pattern, answer: _Answer, i: int, allowed: tuple[str, ...]) -> tuple[Span | None, str | None]:
+    """Try a head-pattern on sentence i. Returns (head span, None) on a match, or (None, why-not).
+
+    At most ``MAX_HEADS`` heads are tried; each costs a bisection per group, not a scan.
+    """
     assert p.head is not None
+    s = answer.sentences[i]
+    heads = answer.hits(i, p.head)
+    if not heads:
+        return None, None
+    groups = [answer.hits(i, g) for g in p.groups]
+    elsewhere = [bool(p.context and i > 0 and answer.hits(i - 1, g)) for g in p.groups]
+    if not p.clause and not all(own or far for own, far in zip(groups, elsewhere)):
+        return None, None
+    masks = sorted((sp for spans in groups for sp in spans), key=lambda sp: sp[1])
+    mask_ends = [b for _, b in masks]
     why: str | None = None
-    for h in p.head.finditer(s.text):
-        lo, hi = _clause(s.text, h.start()) if p.clause else (0, len(s.text))
-        own = [g.search(s.text, lo, hi) for g in p.groups]
-        wider = s.text if not p.clause else ""
-        if p.context and i > 0:
-            wider += " " + sentences[i - 1].text
-        if not all(m is not None or g.search(wider) for g, m in zip(p.groups, own)):
-            continue
-        masks = tuple(m.span() for g in p.groups for m in g.finditer(s.text))
-        if p.span is not None:
-            spans = [h.span()] + [
-                min((m.span() for m in g.finditer(s.text)), key=lambda sp: abs(sp[0] - h.start()), default=h.span())
-                for g in p.groups
-            ]
-            if max(e for _, e in spans) - min(b for b, _ in spans) > p.span:
+    for h0, h1 in heads[:MAX_HEADS]:
+        if p.clause:
+            lo, hi = _clause(s.text, h0)
+            if not all(far or _within(spans, lo, hi) for spans, far in zip(groups, elsewhere)):
                 continue
-        status = _status_at(s, h.start())
+        if p.span is not None:
+            near = [(h0, h1)] + [_nearest(spans, h0) or (h0, h1) for spans in groups]
+            if max(e for _, e in near) - min(b for b, _ in near) > p.span:
+                continue
+        status = _status_at(s, h0)
         if status not in allowed:
             why = why or status
             continue
-        is_neg = negated(s.text, h.start(), h.end(), masks)
+        window = masks[bisect_right(mask_ends, h0 - NEG_WINDOW) : bisect_right(mask_ends, h0)]
+        is_neg = negated(s.text, h0, h1, tuple(window))
         if is_neg != (p.polarity == "negative"):
             why = why or ("negated" if is_neg else "affirmed")
             continue
-        return Evidence(s.original, h.start(), h.end()), None
+        return (h0, h1), None
     return None, why
 
 
-def _count(p: Pattern, sentences: list[Sentence], allowed: tuple[str, ...]) -> Evidence | None:
+def _count(p: Pattern, answer: _Answer, allowed: tuple[str, ...]) -> Evidence | None:
     hits: dict[int, Sentence] = {}
     for gi, g in enumerate(p.groups):
-        for s in sentences:
+        for s in answer.sentences:
             if any(
-                not negated(s.text, m.start(), m.end()) and _status_at(s, m.start()) in allowed
-                for m in g.finditer(s.text)
+                not negated(s.text, a, b) and _status_at(s, a) in allowed
+                for a, b in answer.hits(s.index, g)[:MAX_HEADS]
             ):
                 hits[gi] = s
                 break
@@ -517,32 +712,47 @@ KEY_POINT_STATUSES = ("asserted", "hedged")
 VETO_STATUSES = ("asserted",)
 
 
-def find(
-    patterns: list[Pattern], sentences: list[Sentence], allowed: tuple[str, ...]
-) -> tuple[Evidence | None, str | None]:
+def _find(patterns: list[Pattern], answer: _Answer, allowed: tuple[str, ...]) -> tuple[Evidence | None, str | None]:
     why: str | None = None
     for p in patterns:
         if p.at_least:
-            ev = _count(p, sentences, allowed)
+            ev = _count(p, answer, allowed)
             if ev:
                 return ev, None
             continue
-        for i in range(len(sentences)):
-            ev, reason = _match(p, sentences, i, allowed)
-            if ev:
-                return ev, None
+        for s in answer.sentences:
+            head, reason = _match(p, answer, s.index, allowed)
+            if head:
+                return _evidence(s, *head), None
             if reason and why is None:
-                why = f"{reason}: {sentences[i].original}"
+                why = f"{reason}: {s.original}"
     return None, why
 
 
+def find(
+    patterns: list[Pattern], sentences: list[Sentence], allowed: tuple[str, ...]
+) -> tuple[Evidence | None, str | None]:
+    """The first match of any pattern in the sentences (with evidence), else why the nearest failed."""
+    return _find(patterns, _Answer(sentences), allowed)
+
+
 def score_answer(rubric: Rubric, question: str, text: str) -> AnswerResult:
-    """Score one answer: key points found (with evidence), missing ones, vetoes fired and suppressed."""
-    sentences = split_sentences(text)
+    """Score one answer: key points found (with evidence), missing ones, vetoes fired and suppressed.
+
+    Any ``str`` is accepted. Text past ``MAX_ANSWER_CHARS`` is not read, and ``notes`` tells the
+    student so; an answer without any Chinese gets a note that the rubric reads Chinese.
+    """
+    notes: list[str] = []
+    if len(text) > MAX_ANSWER_CHARS:
+        text = text[:MAX_ANSWER_CHARS]
+        notes.append(NOTE_TRUNCATED.format(limit=MAX_ANSWER_CHARS))
+    answer = _Answer(split_sentences(text))
+    if not any(_HAN.search(s.text) for s in answer.sentences):
+        notes.append(NOTE_NO_CHINESE)
     found: list[tuple[KeyPoint, Evidence]] = []
     missing: list[KeyPoint] = []
     for kp in rubric.key_points[question]:
-        ev, _ = find(kp.patterns, sentences, KEY_POINT_STATUSES)
+        ev, _ = _find(kp.patterns, answer, KEY_POINT_STATUSES)
         if ev:
             found.append((kp, ev))
         else:
@@ -550,7 +760,7 @@ def score_answer(rubric: Rubric, question: str, text: str) -> AnswerResult:
     fired: list[tuple[Veto, Evidence]] = []
     suppressed: list[tuple[Veto, Evidence, str]] = []
     for veto in rubric.vetoes_for(question):
-        hit = _veto(veto, sentences)
+        hit = _veto(veto, answer)
         if hit is None:
             continue
         ev, reason = hit
@@ -559,30 +769,39 @@ def score_answer(rubric: Rubric, question: str, text: str) -> AnswerResult:
         else:
             suppressed.append((veto, ev, reason))
     points = min(QUESTION_POINTS, round(sum(k.points for k, _ in found), 2))
-    return AnswerResult(question, points, float(QUESTION_POINTS), found, missing, fired, suppressed)
+    return AnswerResult(question, points, float(QUESTION_POINTS), found, missing, fired, suppressed, notes)
 
 
-def _veto(veto: Veto, sentences: list[Sentence]) -> tuple[Evidence, str | None] | None:
+def _unless(veto: Veto, p: Pattern, answer: _Answer, i: int, head: int) -> Span | None:
+    """The first 'unless' term that cancels a veto match: anywhere in the sentence, or in the head's clause."""
+    for u in veto.unless + p.unless:
+        if spans := answer.hits(i, u):
+            return spans[0]
+    lo, hi = _clause(answer.sentences[i].text, head)
+    for u in veto.unless_clause:
+        if span := _within(answer.hits(i, u), lo, hi):
+            return span
+    return None
+
+
+def _veto(veto: Veto, answer: _Answer) -> tuple[Evidence, str | None] | None:
     """A fired match (reason None), else the first suppressed match with its reason, else None."""
     suppressed: tuple[Evidence, str] | None = None
     for p in veto.patterns:
-        for i, s in enumerate(sentences):
-            ev, why = _match(p, sentences, i, ("asserted", *STATUSES))
-            if ev is None:
+        for i, s in enumerate(answer.sentences):
+            head, why = _match(p, answer, i, ("asserted", *STATUSES))
+            if head is None:
                 if why and suppressed is None:
-                    suppressed = (Evidence(s.original, 0, 0), why)
+                    suppressed = (_evidence(s), why)
                 continue
-            lo, hi = _clause(s.text, ev.start)
-            unless = next((m for u in veto.unless + p.unless if (m := u.search(s.text))), None) or next(
-                (m for u in veto.unless_clause if (m := u.search(s.text, lo, hi))), None
-            )
-            status = _status_at(s, ev.start)
+            unless = _unless(veto, p, answer, i, head[0])
+            status = _status_at(s, head[0])
             if unless is not None:
-                suppressed = suppressed or (ev, f"unless: {unless.group(0)}")
+                suppressed = suppressed or (_evidence(s, *head), f"unless: {s.text[unless[0] : unless[1]]}")
             elif status != "asserted":
-                suppressed = suppressed or (ev, status)
+                suppressed = suppressed or (_evidence(s, *head), status)
             else:
-                return ev, None
+                return _evidence(s, *head), None
     return suppressed
 
 

@@ -48,3 +48,18 @@ def item(result: dict[str, Any], ident: str) -> dict[str, Any]:
 
 def as_json(result: dict[str, Any]) -> str:
     return json.dumps(result, ensure_ascii=False, sort_keys=True)
+
+
+SAMPLE_IDS = {
+    "reference": "2026001",
+    "untouched": "2026002",
+    "wrong-function": "2026003",
+    "syntax-error": "2026004",
+    "vetoed-answer": "2026005",
+    "partial-answers": "2026006",
+}
+
+
+def sample(situation: str) -> Path:
+    """The bundled sample notebook of one situation (examples/make_samples.py writes them)."""
+    return REPO / "examples/submissions/lesson04" / SAMPLE_IDS[situation] / "lesson04.ipynb"

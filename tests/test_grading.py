@@ -11,7 +11,7 @@ import sys
 
 import nbformat
 import pytest
-from helpers import REPO, item, reference_code, submission
+from helpers import REPO, item, reference_code, sample, submission
 
 from grader.cli import main
 from grader.course import load_course
@@ -19,8 +19,6 @@ from grader.errors import SourceError
 from grader.grade import Grader
 from grader.overrides import apply_override, load_overrides
 from grader.report import feedback_html
-
-SAMPLES = REPO / "examples/submissions/lesson04"
 
 
 @pytest.fixture(scope="module")
@@ -36,21 +34,21 @@ def grader(course):
 
 
 def test_reference_scores_full_marks(grader):
-    result = grader.grade_file(SAMPLES / "reference.ipynb")
+    result = grader.grade_file(sample("reference"))
     assert result["lesson"] == "lesson04" and result["max"] == 10
     assert result["total"] == 10 and result["passed"] is True and result["vetoes"] == []
     assert [i["id"] for i in result["items"]] == ["code", "q1", "q2", "q3"]
 
 
 def test_untouched_notebook_scores_zero_on_code(grader):
-    result = grader.grade_file(SAMPLES / "untouched.ipynb")
+    result = grader.grade_file(sample("untouched"))
     code = item(result, "code")
     assert code["points"] == 0 and not result["passed"]
     assert any("______" in m for m in code["messages"])
 
 
 def test_vetoed_sample_fails_with_evidence(grader):
-    result = grader.grade_file(SAMPLES / "vetoed-answer.ipynb")
+    result = grader.grade_file(sample("vetoed-answer"))
     assert result["total"] >= 8 and result["passed"] is False
     veto = result["vetoes"][0]
     assert veto["id"] == "dp-cuts-memory" and veto["question"] == "q3"
@@ -58,28 +56,28 @@ def test_vetoed_sample_fails_with_evidence(grader):
 
 
 def test_wrong_function_gets_partial_code_credit(grader):
-    code = item(grader.grade_file(SAMPLES / "wrong-function.ipynb"), "code")
+    code = item(grader.grade_file(sample("wrong-function")), "code")
     assert 0 < code["points"] < 4
     failed = [c for c in code["checks"] if not c["passed"]]
     assert failed and all(c["description"].startswith("bucket_gradients") for c in failed)
 
 
 def test_syntax_error_scores_zero_on_code_with_message(grader):
-    result = grader.grade_file(SAMPLES / "syntax-error.ipynb")
+    result = grader.grade_file(sample("syntax-error"))
     assert item(result, "code")["points"] == 0
     assert any("SyntaxError" in m for m in item(result, "code")["messages"])
     assert item(result, "q1")["points"] == 2
 
 
 def test_partial_answers(grader):
-    result = grader.grade_file(SAMPLES / "partial-answers.ipynb")
+    result = grader.grade_file(sample("partial-answers"))
     assert item(result, "q3")["points"] == 0 and "没有作答。" in item(result, "q3")["messages"]
     assert 0 < item(result, "q2")["points"] < 2
 
 
 def test_same_notebook_same_result(grader):
-    first = grader.grade_file(SAMPLES / "wrong-function.ipynb")
-    second = grader.grade_file(SAMPLES / "wrong-function.ipynb")
+    first = grader.grade_file(sample("wrong-function"))
+    second = grader.grade_file(sample("wrong-function"))
     assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
 
 
@@ -169,7 +167,7 @@ def test_keypoints_of_every_lesson_score_full_marks(course):
 
 
 def test_overrides_change_points_and_lift_vetoes(course, grader, tmp_path):
-    result = grader.grade_file(SAMPLES / "vetoed-answer.ipynb")
+    result = grader.grade_file(sample("vetoed-answer"))
     path = tmp_path / "overrides.yml"
     path.write_text(
         "2026005:\n  items: {q3: 2}\n  lift_vetoes: [dp-cuts-memory]\n  reason: 学生在答疑中澄清了表述\n",
@@ -203,7 +201,7 @@ def test_bad_overrides_file_is_reported(tmp_path, text, fragment, line):
 
 
 def test_cli_batch_json_csv_and_reports(tmp_path, capsys):
-    files = [str(SAMPLES / n) for n in ("reference.ipynb", "vetoed-answer.ipynb")]
+    files = [str(sample(n)) for n in ("reference", "vetoed-answer")]
     bad = tmp_path / "garbage.ipynb"
     bad.write_text("{not json", encoding="utf-8")
     files.append(str(bad))
@@ -251,7 +249,7 @@ def test_rubric_cli(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     first, second = (json.loads(line) for line in proc.stdout.splitlines())
-    assert set(first) == {"points", "max", "key_points", "missing", "vetoes", "suppressed"} and first["max"] == 2
+    assert set(first) == {"points", "max", "key_points", "missing", "vetoes", "suppressed", "notes"} and first["max"] == 2
     assert first["vetoes"][0]["id"] == "dp-cuts-memory" and "1/8" in first["vetoes"][0]["evidence"]
     assert second["key_points"][0]["id"] == "eight-times" and second["points"] == 0.5
 
@@ -269,3 +267,25 @@ def test_rubric_cli_names_the_malformed_line(tmp_path):
     )
     assert proc.returncode == 2 and len(proc.stdout.splitlines()) == 1
     assert f"{path}:2:" in proc.stderr and f"{path}:3:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_missed_key_points_show_hints_until_release_then_the_key_points(course):
+    import dataclasses
+
+    kit_rubric = Grader(course, sandbox=True).kit("lesson04").rubric
+    data = submission(course, answers={"q1": "", "q2": "梯度累积和每次同步的结果一样。", "q3": ""})
+    hidden = Grader(dataclasses.replace(course, releases={"lesson04": "hidden"}), sandbox=True)
+    shown = Grader(dataclasses.replace(course, releases={"lesson04": "released"}), sandbox=True)
+    try:
+        before, after = hidden.grade_bytes(data, "a.ipynb"), shown.grade_bytes(data, "a.ipynb")
+    finally:
+        hidden.close()
+        shown.close()
+    text_before = " ".join(m for i in before["items"] for m in i["messages"])
+    text_after = " ".join(m for i in after["items"] for m in i["messages"])
+    for qid in ("q1", "q2", "q3"):
+        for kp in kit_rubric.key_points[qid]:
+            assert kp.says not in text_before and kp.says in text_after
+            if kp.id in item(before, qid)["missing"]:
+                assert kp.hint in text_before
+    assert item(before, "q1")["missing"] and "没有作答" in " ".join(item(before, "q1")["messages"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -92,15 +93,15 @@ def test_negated_key_point_earns_nothing():
     [
         ("questions: {}\n", "question q1 needs a 'key_points:' list"),
         (
-            "lexicon: {a: [x]}\nquestions:\n  q1:\n    key_points:\n      - id: k\n        points: 2\n        any: [{head: '@nope'}]\n",
+            "lexicon: {a: [x]}\nquestions:\n  q1:\n    key_points:\n      - id: k\n        points: 2\n        says: s\n        hint: h\n        any: [{head: '@nope'}]\n",
             "unknown lexicon entry '@nope'",
         ),
         (
-            "questions:\n  q1:\n    key_points:\n      - id: k\n        points: 1\n        any: [{head: x}]\n",
+            "questions:\n  q1:\n    key_points:\n      - id: k\n        points: 1\n        says: s\n        hint: h\n        any: [{head: x}]\n",
             "add up to 1, not 2",
         ),
         (
-            "questions:\n  q1:\n    key_points:\n      - id: k\n        points: 2\n        any: [{head: '(unclosed'}]\n",
+            "questions:\n  q1:\n    key_points:\n      - id: k\n        points: 2\n        says: s\n        hint: h\n        any: [{head: '(unclosed'}]\n",
             "invalid regular expression",
         ),
         ("questions: [\n", "invalid YAML"),
@@ -112,3 +113,55 @@ def test_malformed_rubric_is_located(tmp_path: Path, body, fragment):
     with pytest.raises(SourceError) as info:
         load_rubric(path, "solutions/lesson09/rubric.yml")
     assert fragment in str(info.value) and str(info.value).startswith("solutions/lesson09/rubric.yml")
+
+
+KEY_POINT = "      - id: {kid}\n        points: 1\n{fields}        any: [{{head: x}}]\n"
+BOTH = "        says: 要点\n        hint: 提示\n"
+
+
+@pytest.mark.parametrize(
+    "fields, line, fragment",
+    [
+        ("        hint: 提示\n", 9, "key point k2: needs 'says:'"),
+        ("        says: 要点\n", 9, "key point k2: needs 'hint:'"),
+        ("        says: 要点\n        hint: '  '\n", 9, "key point k2: needs 'hint:'"),
+        ("        says: [a]\n        hint: 提示\n", 9, "key point k2: needs 'says:'"),
+    ],
+)
+def test_key_point_without_says_or_hint_is_located(tmp_path: Path, fields, line, fragment):
+    """Students would otherwise see an internal id, or no hint at all, for a key point they missed."""
+    body = "questions:\n  q1:\n    key_points:\n" + KEY_POINT.format(kid="k1", fields=BOTH)
+    body += KEY_POINT.format(kid="k2", fields=fields)
+    path = tmp_path / "rubric.yml"
+    path.write_text(body, encoding="utf-8")
+    with pytest.raises(SourceError) as info:
+        load_rubric(path, "solutions/lesson09/rubric.yml")
+    assert str(info.value).startswith(f"solutions/lesson09/rubric.yml:{line}: {fragment}")
+
+
+def test_key_points_carry_says_and_hint():
+    kp = RUBRICS["lesson04"].key_points["q3"][0]
+    assert kp.id == "full-replica" and kp.says.startswith("每个 rank 都保存") and kp.hint.endswith("。")
+
+
+@pytest.mark.parametrize("slug", sorted(RUBRICS))
+def test_hints_do_not_give_the_key_points_away(slug):
+    """A hint is shown before the answers are released: no key point's text, number or formula."""
+    key_points = [kp for kps in RUBRICS[slug].key_points.values() for kp in kps]
+    leaks = []
+    for kp in key_points:
+        if re.search(r"\d", kp.hint):
+            leaks.append((kp.id, "digit", kp.hint))
+        if not re.search(r"[\u4e00-\u9fff]", kp.hint):
+            leaks.append((kp.id, "no Chinese", kp.hint))
+        for other in key_points:
+            tokens = [t for t in re.findall(r"[^\s，。；：、（）()\u4e00-\u9fff]+", other.says) if re.search(r"\d", t)]
+            leaks += [(kp.id, other.id, t) for t in tokens if t.lower() in kp.hint.lower()]
+            if other.says in kp.hint:
+                leaks.append((kp.id, other.id, other.says))
+    assert leaks == []
+
+
+def test_a_plain_answer_has_no_notes():
+    res = score_answer(RUBRICS["lesson04"], "q2", "梯度求和满足结合律，所以结果相同。")
+    assert res.notes == [] and res.as_dict()["notes"] == []

@@ -1,4 +1,4 @@
-"""The bundled sample submissions are what examples/make_samples.py writes from the current lesson."""
+"""The bundled sample class is what examples/make_samples.py writes from the current lesson."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ def test_samples_are_up_to_date():
     spec = importlib.util.spec_from_file_location("make_samples", REPO / "examples/make_samples.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    for name, text in module.samples().items():
-        path = REPO / "examples/submissions/lesson04" / f"{name}.ipynb"
-        assert path.read_text(encoding="utf-8") == text, f"{path.name} is stale: run examples/make_samples.py"
+    for situation, text in module.samples().items():
+        path = module.sample_path(situation)
+        assert path.read_text(encoding="utf-8") == text, f"{path} is stale: run examples/make_samples.py"
+    assert module.ROSTER.read_text(encoding="utf-8") == module.roster_text()
