@@ -19,6 +19,7 @@ import importlib.util
 import inspect
 import math
 import random
+import traceback
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from .errors import SourceError
-from .kernel import KernelSession, StudentCallError
+from .kernel import KernelSession, StudentCallError, decode_args, plain_data
 from .lesson import CODE_POINTS, Lesson
+from .text import clean
 
 FIXTURES = ("student", "ref", "rng")
 
@@ -48,6 +50,7 @@ class CheckResult:
     max: float
     passed: bool
     reason: str  # empty when passed; a student-safe explanation otherwise
+    fault: str = ""  # for instructors only: the check itself broke (a course fault), with its traceback
 
 
 def check(points: float) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -68,6 +71,31 @@ class Student:
 
     def call(self, function: str, *args: Any, **kwargs: Any) -> Any:
         return self._session.call(function, list(args), dict(kwargs))
+
+
+class ReferenceStudent:
+    """The reference solution behind the ``student`` interface, run in the grader.
+
+    Arguments and results go through the kernel's own plain-data conversion, and an exception is
+    reported the way the kernel reports it, so that a check sees the same data from both. It is
+    used to decide whose fault a broken check is."""
+
+    def __init__(self, ref: types.SimpleNamespace) -> None:
+        self._ref = ref
+
+    def call(self, function: str, *args: Any, **kwargs: Any) -> Any:
+        fn = getattr(self._ref, function, None)
+        if not callable(fn):
+            raise StudentCallError("missing", function)
+        try:
+            value = fn(*decode_args(list(args)), **decode_args(dict(kwargs)))
+        except Exception as exc:  # noqa: BLE001 - e.g. a ValueError a check expects
+            name = next((k.__name__ for k in type(exc).__mro__ if k.__module__ == "builtins"), "Exception")
+            raise StudentCallError("error", function, name) from None
+        try:
+            return plain_data(value)
+        except (TypeError, ValueError):
+            raise StudentCallError("bad-result", function) from None
 
 
 def ndarray(values: Any, dtype: str = "float64") -> dict[str, Any]:
@@ -111,9 +139,12 @@ def load_checks(lesson: Lesson, folder: Path, display: str) -> list[Check]:
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001 - report an instructor's broken file clearly
-        raise SourceError(
-            display, getattr(exc, "lineno", None), f"cannot import: {type(exc).__name__}: {exc}"
-        ) from None
+        if isinstance(exc, SyntaxError) and exc.filename == str(path):
+            line, what = exc.lineno, exc.msg
+        else:
+            lines = _frames_in(exc.__traceback__, str(path))
+            line, what = (lines[-1] if lines else None), str(exc)
+        raise SourceError(display, line, f"cannot import: {type(exc).__name__}: {clean(what, 500)}") from None
     checks = []
     for name, func in inspect.getmembers(module, inspect.isfunction):
         if not hasattr(func, "__course_points__"):
@@ -147,32 +178,79 @@ def reference_namespace(lesson: Lesson) -> types.SimpleNamespace:
 
 def _reason(exc: StudentCallError) -> str:
     name = exc.function
+    where = ""
+    if exc.line is not None:
+        where = f"（代码单元「{exc.cell}」第 {exc.line} 行）" if exc.cell else f"（第 {exc.line} 行）"
     return {
         "missing": f"找不到函数 「{name}」：请不要改名或删除它",
         "blank": f"调用 「{name}」 时遇到未填写的空白 「______」",
-        "error": f"调用 「{name}」 时抛出了 {exc.detail}",
+        "error": f"调用 「{name}」 时抛出了 {exc.detail}{where}",
         "timeout": f"调用 「{name}」 超时",
         "dead": "内核已停止（超时、资源超限或进程退出），无法继续测试",
         "bad-result": f"「{name}」 的返回值不是本题要求的普通数据（数字、字符串、列表、字典）",
     }[exc.kind]
 
 
+WRONG_VALUE = "返回值与预期不符"
+WRONG_SHAPE = "返回值的类型或结构与要求不符"
+COURSE_FAULT = "评分程序在检查这一项时出错，这不是你的问题；助教会处理并重新评分"
+
+
 def run_checks(checks: list[Check], session: KernelSession, ref: types.SimpleNamespace, seed: str) -> list[CheckResult]:
-    """Run every check; each earns its points or zero, with a reason the student may read."""
+    """Run every check; each earns its points or zero, with a reason the student may read.
+
+    A check that raises something other than AssertionError or StudentCallError is run again, with
+    the same random inputs, against the reference solution. If it breaks there too the check itself
+    is broken: a course fault, reported to instructors (``CheckResult.fault``) and not blamed on the
+    student. If it does not, the student's data made it break: a wrong type or structure."""
     results = []
     student = Student(session)
     for c in checks:
-        digest = hashlib.sha256(f"{seed}\0{c.name}".encode()).digest()
-        fixtures = {"student": student, "ref": ref, "rng": random.Random(int.from_bytes(digest[:8], "big"))}
-        wanted = {k: v for k, v in fixtures.items() if k in inspect.signature(c.func).parameters}
         try:
-            outcome = c.func(**wanted)
-            passed, reason = (outcome is not False), ("" if outcome is not False else "返回值与预期不符")
+            outcome = _run_one(c, student, ref, seed)
+            passed, reason, fault = (outcome is not False), ("" if outcome is not False else WRONG_VALUE), ""
         except AssertionError:
-            passed, reason = False, "返回值与预期不符"
+            passed, reason, fault = False, WRONG_VALUE, ""
         except StudentCallError as exc:
-            passed, reason = False, _reason(exc)
-        except Exception:  # noqa: BLE001 - e.g. indexing a result of the wrong shape
-            passed, reason = False, "返回值的类型或结构与要求不符"
-        results.append(CheckResult(c.name, c.description, c.points if passed else 0.0, c.points, passed, reason))
+            passed, reason, fault = False, _reason(exc), ""
+        except Exception as exc:  # noqa: BLE001 - a broken check, or e.g. indexing a result of the wrong shape
+            fault = _fault_on_reference(c, ref, seed, exc)
+            passed, reason = False, (COURSE_FAULT if fault else WRONG_SHAPE)
+        results.append(CheckResult(c.name, c.description, c.points if passed else 0.0, c.points, passed, reason, fault))
     return results
+
+
+def _run_one(c: Check, student: Any, ref: types.SimpleNamespace, seed: str) -> Any:
+    """Call a check with the fixtures it asks for; ``rng`` depends only on the seed and the check."""
+    digest = hashlib.sha256(f"{seed}\0{c.name}".encode()).digest()
+    fixtures = {"student": student, "ref": ref, "rng": random.Random(int.from_bytes(digest[:8], "big"))}
+    return c.func(**{k: v for k, v in fixtures.items() if k in inspect.signature(c.func).parameters})
+
+
+def _fault_on_reference(c: Check, ref: types.SimpleNamespace, seed: str, first: BaseException) -> str:
+    """The instructor-facing fault text when check ``c`` also breaks on the reference, else ''."""
+    try:
+        _run_one(c, ReferenceStudent(ref), ref, seed)
+    except (AssertionError, StudentCallError):
+        return ""
+    except Exception as exc:  # noqa: BLE001 - the check is broken whoever answers
+        return describe_fault(c, exc)
+    return ""
+
+
+def describe_fault(c: Check, exc: BaseException) -> str:
+    """``check NAME raised TYPE: message`` and the traceback's frames in checks.py, as ``checks.py:LINE``."""
+    filename = c.func.__code__.co_filename
+    shown = f"solutions/{Path(filename).parent.name}/checks.py"
+    frames = [
+        f"  {shown}:{frame.lineno} in {frame.name}: {(frame.line or '').strip()}"
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if frame.filename == filename
+    ]
+    head = f"check {c.name} raised {type(exc).__name__}: {clean(str(exc), 500)}"
+    return "\n".join([head, *frames])
+
+
+def _frames_in(tb: types.TracebackType | None, filename: str) -> list[int]:
+    """Line numbers of the traceback's frames in ``filename``, outermost first."""
+    return [line for frame, line in traceback.walk_tb(tb) if frame.f_code.co_filename == filename]

@@ -175,14 +175,34 @@ def cmd_rubric(args: argparse.Namespace) -> int:
     return 2 if bad else 0
 
 
+def cmd_new(args: argparse.Namespace) -> int:
+    from .scaffold import new_lesson
+
+    root = Path(args.root).resolve()
+    for path in new_lesson(root, args.lesson, args.title):
+        print(f"wrote {path.relative_to(root)}")
+    print(f"next: fill in every TODO(course), then run `course check {args.lesson}`")
+    return 0
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from .sandbox import check_available
+    from .scaffold import todo_markers
     from .selfcheck import check_course
 
     course = _course(args)
     slugs = args.lessons or sorted(course.lessons)
     for slug in slugs:
         course.lesson(slug)
+    unfinished = {slug: todo_markers(course.root, slug) for slug in slugs}
+    for slug, todos in unfinished.items():
+        if todos:
+            print(f"{slug}: still to be written ({len(todos)} TODO(course) markers):")
+            for todo in todos:
+                print(f"  - {todo}")
+    slugs = [s for s in slugs if not unfinished[s]]
+    if not slugs:
+        return 1
     if not args.no_sandbox:
         check_available()
     failed = 0
@@ -191,7 +211,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{slug}: {'FAIL' if problems else 'ok'} (reference graded in {seconds:.2f} s)")
         for p in problems:
             print(f"  - {p}")
-    return 1 if failed else 0
+    return 1 if failed or any(unfinished.values()) else 0
 
 
 def _jobs(text: str) -> int:
@@ -245,6 +265,11 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--overrides", metavar="FILE", help="instructor overrides (YAML), see docs/grading.md")
     p.add_argument("--no-sandbox", action="store_true", help="run student code without bubblewrap (trusted code only)")
     p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("new", help="write a lesson skeleton with its checks.py and rubric.yml, parts to write marked")
+    p.add_argument("lesson", help="lesson slug, e.g. lesson07")
+    p.add_argument("--title", required=True, help='the lesson title, e.g. "第 7 课：序列并行 SP"')
+    p.set_defaults(func=cmd_new)
 
     p = sub.add_parser("check", help="check lessons end to end: reference 10/10, untouched 0, rubric examples")
     p.add_argument("lessons", nargs="*", help="lesson slugs (default: all)")

@@ -105,7 +105,14 @@ class Grader:
     def _grade(self, kit: LessonKit, sub: Any, digest: str) -> dict[str, Any]:
         lesson = kit.lesson
         code = grade_code(
-            lesson, kit.checks, kit.ref, sub.code, sub.notes.get("code", []), f"{lesson.slug}\0{digest}", self._kernel
+            lesson,
+            kit.checks,
+            kit.ref,
+            sub.code,
+            sub.notes.get("code", []),
+            f"{lesson.slug}\0{digest}",
+            self._kernel,
+            extra_code_cells=sub.extra_code_cells,
         )
         items: list[dict[str, Any]] = [
             {

@@ -9,12 +9,15 @@ the grader's process, so a hostile kernel can only ever return wrong data.
 from __future__ import annotations
 
 import ast
+import builtins
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,43 +33,82 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 from .course import Limits
 from .sandbox import next_uid, sandbox_prefix
+from .text import clean
 
 RESULT_LIMIT = 1_000_000  # characters of JSON a single call may return
+TRACEBACK_HEAD, TRACEBACK_TAIL = 2, 8  # traceback entries kept from an error output
+TRACEBACK_ENTRY_CHARS = 4000
+ERROR_MESSAGE_CHARS = 300  # of an exception message shown to the student
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
-# Defined in the kernel after the student's cells. It converts the result to JSON-able plain data,
-# by exact type, so subclasses with hostile __eq__/__iter__/__len__ are refused rather than trusted.
-_CALL_HELPER = r"""
-def __course_call__(name, payload):
-    import json as _json, dataclasses as _dc, math as _math
-    def _plain(x, depth=0):
-        if depth > 50:
-            raise TypeError("nested too deeply")
-        t = type(x)
-        if x is None or t in (bool, int, str):
-            return x
-        if t is float:
-            return x if _math.isfinite(x) else repr(x)
-        if t in (list, tuple):
-            return [_plain(v, depth + 1) for v in x]
-        if t is dict:
-            return {str(k) if type(k) in (str, int) else _bad(k): _plain(v, depth + 1) for k, v in x.items()}
-        if _dc.is_dataclass(x) and not isinstance(x, type):
-            return {f.name: _plain(getattr(x, f.name), depth + 1) for f in _dc.fields(x)}
-        mod = getattr(t, "__module__", "")
-        if mod == "numpy" and (t.__name__ == "ndarray" or t.__name__.startswith(("int", "uint", "float", "bool"))):
-            return _plain(x.tolist(), depth + 1)
-        return _bad(x)
-    def _bad(x):
-        raise TypeError("unsupported result type " + type(x).__name__)
-    def _decode(x):
-        if type(x) is dict and set(x) == {"__ndarray__", "dtype"}:
-            import numpy
-            return numpy.array(x["__ndarray__"], dtype=x["dtype"])
-        if type(x) is list:
-            return [_decode(v) for v in x]
-        if type(x) is dict:
-            return {k: _decode(v) for k, v in x.items()}
+# Plain-data conversion, by exact type, so subclasses with hostile __eq__/__iter__/__len__ are refused
+# rather than trusted. The kernel runs it on the student's results; the grader runs the same source on
+# the reference solution's results (``plain_data``), so both sides of a comparison look alike.
+_PLAIN_SRC = r"""
+import json as _json, dataclasses as _dc, math as _math
+def _plain(x, depth=0):
+    if depth > 50:
+        raise TypeError("nested too deeply")
+    t = type(x)
+    if x is None or t in (bool, int, str):
         return x
+    if t is float:
+        return x if _math.isfinite(x) else repr(x)
+    if t in (list, tuple):
+        return [_plain(v, depth + 1) for v in x]
+    if t is dict:
+        return {str(k) if type(k) in (str, int) else _bad(k): _plain(v, depth + 1) for k, v in x.items()}
+    if _dc.is_dataclass(x) and not isinstance(x, type):
+        return {f.name: _plain(getattr(x, f.name), depth + 1) for f in _dc.fields(x)}
+    mod = getattr(t, "__module__", "")
+    if mod == "numpy" and (t.__name__ == "ndarray" or t.__name__.startswith(("int", "uint", "float", "bool"))):
+        return _plain(x.tolist(), depth + 1)
+    return _bad(x)
+def _bad(x):
+    raise TypeError("unsupported result type " + type(x).__name__)
+def _decode(x):
+    if type(x) is dict and set(x) == {"__ndarray__", "dtype"}:
+        import numpy
+        return numpy.array(x["__ndarray__"], dtype=x["dtype"])
+    if type(x) is list:
+        return [_decode(v) for v in x]
+    if type(x) is dict:
+        return {k: _decode(v) for k, v in x.items()}
+    return x
+"""
+
+# Where an exception was raised, as the student may see it: the nearest built-in class (a class the
+# student made can carry hidden inputs in its name) and the line in an exercise cell (the innermost
+# frame whose file is one of the cells IPython compiled, found by execution count). A SyntaxError
+# has no frame in the cell, so its own line and short message are used.
+_WHERE_SRC = r"""
+def __course_where__(exc, cell_run=False):
+    import builtins as _builtins, json as _json, traceback as _tb
+    out = {"type": "Exception", "cell": None, "line": None}
+    try:
+        for klass in type(exc).__mro__:
+            if klass.__module__ == "builtins" and getattr(_builtins, klass.__name__, None) is klass:
+                out["type"] = klass.__name__
+                break
+        cells = dict(getattr(get_ipython().compile, "_filename_map", {}))
+        for frame, line in _tb.walk_tb(exc.__traceback__):
+            if frame.f_code.co_filename in cells:
+                out["cell"], out["line"] = cells[frame.f_code.co_filename], line
+        if cell_run and isinstance(exc, SyntaxError) and out["line"] is None:
+            out["line"], out["message"] = exc.lineno, str(exc.msg)[:500]
+    except BaseException:
+        pass
+    return _json.dumps(out)
+"""
+
+# Defined in the kernel after the student's cells; the grader calls it through user_expressions.
+_CALL_HELPER = (
+    _WHERE_SRC
+    + r"""
+def __course_call__(name, payload):
+"""
+    + textwrap.indent(_PLAIN_SRC, "    ")
+    + r"""
     try:
         req = _json.loads(payload)
         fn = get_ipython().user_ns.get(name)
@@ -74,21 +116,51 @@ def __course_call__(name, payload):
             return _json.dumps({"missing": name})
         value = fn(*_decode(req["args"]), **_decode(req["kwargs"]))
     except BaseException as exc:
-        return _json.dumps({"error": type(exc).__name__, "blank": "______" in str(exc)})
+        where = _json.loads(__course_where__(exc))
+        return _json.dumps({"error": where["type"], "cell": where["cell"], "line": where["line"], "blank": "______" in str(exc)})
     try:
         return _json.dumps({"ok": _plain(value)})
     except BaseException:
         return _json.dumps({"unsupported": True})
 """
+)
+
+# Run after an exercise cell failed: where did its last exception come from.
+_LAST_ERROR_PROBE = (
+    _WHERE_SRC + "\nimport sys as _sys\n__course_last__ = __course_where__(getattr(_sys, 'last_value', None), True)\n"
+)
+
+# Names a student may see for an exception: the genuine built-in exception classes, nothing else.
+BUILTIN_EXCEPTIONS = frozenset(
+    name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)
+)
+
+
+def plain_data(value: Any) -> Any:
+    """``value`` as the kernel would hand it back: plain data after a JSON round trip.
+
+    Raises TypeError for what the kernel would refuse as not plain data."""
+    return json.loads(json.dumps(_PLAIN_NS["_plain"](value)))
+
+
+def decode_args(value: Any) -> Any:
+    """Arguments as the kernel receives them (``ndarray(...)`` markers become numpy arrays)."""
+    return _PLAIN_NS["_decode"](json.loads(json.dumps(value)))
+
+
+_PLAIN_NS: dict[str, Any] = {}
+exec(compile(_PLAIN_SRC, "<course plain data>", "exec"), _PLAIN_NS)  # noqa: S102 - our own source
 
 
 class StudentCallError(Exception):
     """A call into the student's kernel did not return a usable value."""
 
-    def __init__(self, kind: str, function: str, detail: str = "") -> None:
+    def __init__(self, kind: str, function: str, detail: str = "", cell: str = "", line: int | None = None) -> None:
         self.kind = kind  # missing | error | blank | timeout | dead | bad-result
         self.function = function
-        self.detail = detail
+        self.detail = detail  # for "error": a built-in exception name, nothing the student chose
+        self.cell = cell  # for "error": the exercise cell id and line in it where it was raised, if known
+        self.line = line
         super().__init__(f"{kind}: {function} {detail}".strip())
 
 
@@ -97,6 +169,9 @@ class CellRun:
     id: str
     status: str  # ok | error | timeout | dead | skipped
     error_name: str = ""
+    error_message: str = ""  # sanitised and cut; for a SyntaxError Python's short message
+    error_line: int | None = None  # line within this cell
+    lines: int = 0  # number of lines of the cell's source
     truncated: bool = False
 
 
@@ -120,7 +195,13 @@ class _SandboxedKernelManager(AsyncKernelManager):
 
 
 class _CappedClient(NotebookClient):
-    """nbclient with a cap on captured output, per cell and per submission."""
+    """nbclient with a cap on everything the kernel sends while a cell runs, per cell and per submission.
+
+    Every iopub message except ``status`` and ``execute_input`` is charged by size before nbclient
+    sees it: stream and display outputs, display updates (which would otherwise swap a small stored
+    output for a huge one), errors and comm/widget messages. Widget state is never stored: a grader
+    has no use for it, and nbclient would keep every byte of it.
+    """
 
     def __init__(self, nb: nbformat.NotebookNode, km: AsyncKernelManager, limits: Limits, report: RunReport) -> None:
         super().__init__(
@@ -132,26 +213,76 @@ class _CappedClient(NotebookClient):
             interrupt_on_timeout=False,
             shutdown_kernel="immediate",
             kernel_name="python3",
+            store_widget_state=False,
         )
         self._limits = limits
         self._report = report
         self._total = 0
         self._cell_chars: dict[int, int] = {}
 
-    def output(self, outs, msg, display_id, cell_index):
-        if msg.get("msg_type") == "error":  # always kept: it is how a failing cell is recognised
-            msg["content"]["traceback"] = msg["content"].get("traceback", [])[-20:]
-            return super().output(outs, msg, display_id, cell_index)
-        size = len(json.dumps(msg.get("content", {}), default=str))
+    def process_message(self, msg: dict[str, Any], cell: nbformat.NotebookNode, cell_index: int) -> Any:
+        msg_type = msg.get("msg_type") or msg.get("header", {}).get("msg_type", "")
+        if msg_type in ("status", "execute_input"):
+            return super().process_message(msg, cell, cell_index)
+        if msg_type == "error":
+            msg["content"] = _trim_error(msg.get("content"))
+        size = _size(msg.get("content")) + sum(_size(b) for b in msg.get("buffers") or [])
+        if msg_type.startswith("comm"):
+            self._charge(cell_index, size)  # counted, never stored
+            return None
+        if self._charge(cell_index, size):
+            return super().process_message(msg, cell, cell_index)
+        if msg_type == "error" and not any(o.get("output_type") == "error" for o in cell.outputs):
+            content = msg["content"]  # over the cap, but a failing cell must still be recognised
+            msg["content"] = {"ename": content["ename"], "evalue": content["evalue"][:200], "traceback": []}
+            return super().process_message(msg, cell, cell_index)
+        return None
+
+    def handle_comm_msg(self, outs: list[Any], msg: dict[str, Any], cell_index: int) -> None:
+        """Widgets are neither stored nor answered (``process_message`` never forwards comm messages)."""
+
+    def _charge(self, cell_index: int, size: int) -> bool:
+        """Count ``size`` against the caps; False (and the cell marked truncated) when it does not fit."""
         used = self._cell_chars.get(cell_index, 0)
         if used + size > self._limits.output_bytes_per_cell or self._total + size > self._limits.output_bytes_total:
-            run = self._report.cells[cell_index] if cell_index < len(self._report.cells) else None
-            if run is not None:
-                run.truncated = True
-            return None
+            if cell_index < len(self._report.cells):
+                self._report.cells[cell_index].truncated = True
+            return False
         self._cell_chars[cell_index] = used + size
         self._total += size
-        return super().output(outs, msg, display_id, cell_index)
+        return True
+
+
+def _size(value: Any) -> int:
+    """Approximate size of decoded message content in characters, without serialising it again."""
+    total, stack = 0, [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, (str, bytes, bytearray, memoryview)):
+            total += len(item)
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        else:
+            total += 8
+    return total
+
+
+def _trim_error(content: Any) -> dict[str, Any]:
+    """An error output cut to what a reader needs: its type, the start of its message, and the
+    head and tail of the traceback, each entry capped."""
+    content = content if isinstance(content, dict) else {}
+    tb = content.get("traceback")
+    tb = [str(t)[:TRACEBACK_ENTRY_CHARS] for t in tb] if isinstance(tb, list) else []
+    if len(tb) > TRACEBACK_HEAD + TRACEBACK_TAIL:
+        tb = [*tb[:TRACEBACK_HEAD], "...", *tb[-TRACEBACK_TAIL:]]
+    return {
+        "ename": str(content.get("ename", ""))[:100],
+        "evalue": str(content.get("evalue", ""))[:1000],
+        "traceback": tb,
+    }
 
 
 class KernelSession:
@@ -173,6 +304,7 @@ class KernelSession:
         self._timer: threading.Timer | None = None
         self.killed_by_timer = False
         self._dead = False
+        self._cells: list[CellRun] = []
 
     def start(self) -> None:
         """Launch the kernel process; it finishes booting in the background."""
@@ -199,6 +331,8 @@ class KernelSession:
 
     def run_cells(self, cells: list[tuple[str, str]], report: RunReport) -> None:
         """Execute (id, source) cells in order with nbclient, recording each cell's fate."""
+        # A lone surrogate (e.g. half an emoji in a comment) cannot be encoded as UTF-8 for the wire.
+        cells = [(cid, _SURROGATE.sub("\ufffd", src)) for cid, src in cells]
         nb = nbformat.v4.new_notebook()
         nb.metadata = {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}
         nb.cells = [nbformat.v4.new_code_cell(src, id=cid) for cid, src in cells]
@@ -207,7 +341,8 @@ class KernelSession:
         self._timer.daemon = True
         self._timer.start()
         self.client.start_new_kernel_client()
-        report.cells = [CellRun(cid, "skipped") for cid, _ in cells]
+        report.cells = [CellRun(cid, "skipped", lines=len(src.splitlines())) for cid, src in cells]
+        self._cells = report.cells
         for index, cell in enumerate(nb.cells):
             run = report.cells[index]
             try:
@@ -222,10 +357,25 @@ class KernelSession:
                 break
             errors = [o for o in cell.outputs if o.get("output_type") == "error"]
             run.status = "error" if errors else "ok"
-            run.error_name = str(errors[0].get("ename", ""))[:80] if errors else ""
+            if errors:
+                self._describe_error(run, errors[-1])
         report.submission_timed_out = self.killed_by_timer
         if not self._dead:
             self._execute_silently(_CALL_HELPER)
+
+    def _describe_error(self, run: CellRun, error: Any) -> None:
+        """Fill in what the student may read about the exception that stopped a cell of theirs."""
+        run.error_name = clean(str(error.get("ename", "")), 80)
+        run.error_message = clean(str(error.get("evalue", "")), ERROR_MESSAGE_CHARS)
+        reply = self._execute_silently(_LAST_ERROR_PROBE, {"r": "__course_last__"})
+        where = _expression_json(reply)
+        if not isinstance(where, dict):
+            return
+        if isinstance(where.get("message"), str):  # a SyntaxError: Python's short message, no file name
+            run.error_message = clean(where["message"], ERROR_MESSAGE_CHARS)
+        line = where.get("line")
+        if type(line) is int and 1 <= line <= max(run.lines, 1):
+            run.error_line = line
 
     def _kill_on_deadline(self) -> None:
         self.killed_by_timer = True
@@ -234,19 +384,25 @@ class KernelSession:
         if process is not None and process.poll() is None:
             process.kill()
 
-    def _execute_silently(self, code: str) -> dict[str, Any] | None:
+    def _execute_silently(self, code: str, expressions: dict[str, str] | None = None) -> dict[str, Any] | None:
         assert self.client is not None and self.client.kc is not None
         kc = self.client.kc
-        msg_id = kc.execute(code, silent=True, store_history=False)
-        return self._reply(msg_id, self.limits.cell_timeout_s)
+        msg_id = kc.execute(code, silent=True, store_history=False, user_expressions=expressions or {})
+        reply = self._reply(msg_id, self.limits.cell_timeout_s)
+        if reply is None:
+            self._dead = True  # a kernel that does not answer our own code will not answer a check
+        return reply
 
     def _reply(self, msg_id: str, timeout: float) -> dict[str, Any] | None:
+        """Wait for the shell reply to ``msg_id``, emptying iopub all the while: whatever a call
+        prints is discarded, and must not pile up in the grader's memory while we wait."""
         assert self.client is not None and self.client.kc is not None
         kc = self.client.kc
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and not self.killed_by_timer:
+            self._drain_iopub()
             try:
-                msg = run_sync(kc._async_get_shell_msg)(timeout=min(0.5, max(0.01, deadline - time.monotonic())))
+                msg = run_sync(kc._async_get_shell_msg)(timeout=min(0.05, max(0.01, deadline - time.monotonic())))
             except Empty:
                 if not run_sync(self.km.is_alive)():
                     self._dead = True
@@ -278,7 +434,7 @@ class KernelSession:
             raise StudentCallError(
                 "dead" if self.killed_by_timer or not run_sync(self.km.is_alive)() else "timeout", function
             )
-        return _parse_result(reply, function)
+        return _parse_result(reply, function, self._cells)
 
     def close(self) -> None:
         if self._timer is not None:
@@ -297,23 +453,24 @@ class KernelSession:
             shutil.rmtree(self.ipc_dir, ignore_errors=True)
 
 
-def _parse_result(reply: dict[str, Any], function: str) -> Any:
-    """Turn an execute_reply into plain data, trusting nothing in it."""
+def _expression_json(reply: dict[str, Any] | None) -> Any:
+    """The JSON text a user expression ``r`` evaluated to, parsed; None when anything is off."""
     try:
-        entry = reply["content"]["user_expressions"]["r"]
+        entry = reply["content"]["user_expressions"]["r"]  # type: ignore[index]
         if entry.get("status") != "ok":
-            raise StudentCallError("bad-result", function)
+            return None
         text = entry["data"]["text/plain"]
         if not isinstance(text, str) or len(text) > RESULT_LIMIT * 2:
-            raise StudentCallError("bad-result", function)
+            return None
         raw = ast.literal_eval(text)
-        if not isinstance(raw, str):
-            raise StudentCallError("bad-result", function)
-        data = json.loads(raw)
-    except StudentCallError:
-        raise
+        return json.loads(raw) if isinstance(raw, str) else None
     except Exception:  # noqa: BLE001 - anything malformed is the submission's fault
-        raise StudentCallError("bad-result", function) from None
+        return None
+
+
+def _parse_result(reply: dict[str, Any], function: str, cells: list[CellRun]) -> Any:
+    """Turn an execute_reply into plain data, trusting nothing in it."""
+    data = _expression_json(reply)
     if not isinstance(data, dict):
         raise StudentCallError("bad-result", function)
     if set(data) == {"ok"}:
@@ -325,4 +482,10 @@ def _parse_result(reply: dict[str, Any], function: str) -> Any:
     if data.get("blank") is True:
         raise StudentCallError("blank", function)
     name = data.get("error")
-    raise StudentCallError("error", function, name if isinstance(name, str) and name.isidentifier() else "Exception")
+    cell, line = data.get("cell"), data.get("line")
+    # The kernel is the student's: accept only a real built-in name and a line inside a real cell.
+    where = cells[cell - 1] if type(cell) is int and 1 <= cell <= len(cells) else None
+    if where is None or type(line) is not int or not 1 <= line <= where.lines:
+        where, line = None, None
+    shown = name if name in BUILTIN_EXCEPTIONS else "Exception"
+    raise StudentCallError("error", function, shown, where.id if where else "", line)

@@ -19,8 +19,14 @@ QUESTION_IDS = ("q1", "q2", "q3")
 QUESTION_POINTS = 2
 CODE_POINTS = 4
 SECTIONS = ("本课目标", "核心概念", "具体演示与数值推演", "代码填空题", "三个问答题", "检查与通过标准")
-CELL_ROLES = ("exercise", "solution")
-DIV_ROLES = ("question", "answer", "keypoints")
+CELL_ROLES = ("exercise", "solution", "selfcheck")
+DIV_ROLES = ("question", "answer", "keypoints", "selfcheck-hints")
+# The student's self-check: one code cell of plain asserts built from the page's worked examples,
+# and the "自查提示" paragraph it comes from. Both are shown on the page and copied into the notebook.
+SELFCHECK_ID = "selfcheck"
+SELFCHECK_HINTS_ID = "selfcheck-hints"
+# Cell ids the notebook uses for its own cells; an exercise may not take one of them.
+NOTEBOOK_IDS = ("intro", SELFCHECK_HINTS_ID, SELFCHECK_ID, *QUESTION_IDS, *(f"{q}-prompt" for q in QUESTION_IDS))
 FRONT_MATTER_KEYS = ("title", "lesson", "prerequisites", "playbook")
 
 _FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})\s*(?P<info>.*?)\s*$")
@@ -43,6 +49,7 @@ class Cell:
     line: int  # 1-based line of the opening fence
     end_line: int  # line of the closing fence
     in_answer: bool
+    code_line: int = 0  # line of the first code line after the options (for errors inside the code)
 
     @property
     def solves(self) -> str | None:
@@ -86,6 +93,16 @@ class Lesson:
     @property
     def solutions(self) -> list[Cell]:
         return [c for c in self.cells if c.role == "solution"]
+
+    @property
+    def selfcheck(self) -> Cell | None:
+        """The self-check cell, if the lesson has one (at most one is allowed)."""
+        return next((c for c in self.cells if c.role == "selfcheck"), None)
+
+    @property
+    def selfcheck_hints(self) -> Div | None:
+        """The "自查提示" block that the self-check cell is built from, if marked."""
+        return next((d for d in self.divs if d.role == "selfcheck-hints"), None)
 
     @property
     def questions(self) -> list[Div]:
@@ -146,7 +163,7 @@ def parse_lesson(path: str | Path, display: str | None = None) -> Lesson:
         raise SourceError(where, None, f"not UTF-8 text ({exc.reason}); save the file as UTF-8") from None
     lines = text.splitlines()
     meta, body_start = _front_matter(lines, where)
-    number = _check_meta(meta, int(name.group(1)), where)
+    number = _check_meta(meta, int(name.group(1)), where, lines[:body_start])
     lesson = Lesson(path=path, slug=path.stem, number=number, title=str(meta["title"]), meta=meta, lines=lines)
     _scan_blocks(lesson, body_start, where)
     _validate(lesson, where)
@@ -165,7 +182,8 @@ def _front_matter(lines: list[str], where: str) -> tuple[dict[str, Any], int]:
     raise SourceError(where, 1, "front matter opened here is never closed with '---'")
 
 
-def _check_meta(meta: dict[str, Any], file_number: int, where: str) -> int:
+def _check_meta(meta: dict[str, Any], file_number: int, where: str, head: list[str]) -> int:
+    """Check the four required keys; ``head`` is the front matter's lines, to locate a bad key."""
     missing = [k for k in FRONT_MATTER_KEYS if k not in meta]
     if missing:
         raise SourceError(where, 1, f"front matter lacks {', '.join(missing)} (see docs/authoring.md)")
@@ -176,8 +194,21 @@ def _check_meta(meta: dict[str, Any], file_number: int, where: str) -> int:
         raise SourceError(where, 1, f"front matter says lesson {number} but the file name says {file_number}")
     for key in ("prerequisites", "playbook"):
         if not isinstance(meta[key], list):
-            raise SourceError(where, 1, f"front matter '{key}' must be a list, e.g. {key}: []")
+            raise SourceError(where, _key_line(head, key), f"front matter '{key}' must be a list, e.g. {key}: []")
+    # The syllabus links each prerequisite, so it must name an earlier lesson by its number.
+    for item in meta["prerequisites"]:
+        if isinstance(item, bool) or not isinstance(item, int) or not 0 < item < number:
+            raise SourceError(
+                where,
+                _key_line(head, "prerequisites"),
+                f"front matter 'prerequisites' lists lesson numbers before {number}, e.g. [3]; got {item!r}",
+            )
     return number
+
+
+def _key_line(head: list[str], key: str) -> int:
+    """The 1-based line of a top-level front-matter key (1 when it cannot be found)."""
+    return next((i for i, line in enumerate(head, start=1) if line.startswith(f"{key}:")), 1)
 
 
 def _scan_blocks(lesson: Lesson, start: int, where: str) -> None:
@@ -250,7 +281,16 @@ def _scan_fence(lesson: Lesson, i: int, fence: re.Match[str], stack: list, where
         in_answer = any(frame[3].get("course_role") == "answer" for frame in stack)
         label = options.get("label")
         lesson.cells.append(
-            Cell(str(label) if label is not None else "", role, options, code, i + 1, end + 1, in_answer)
+            Cell(
+                str(label) if label is not None else "",
+                role,
+                options,
+                code,
+                i + 1,
+                end + 1,
+                in_answer,
+                i + 2 + len(option_lines),
+            )
         )
     return end + 1
 
@@ -298,6 +338,10 @@ def _validate(lesson: Lesson, where: str) -> None:
                 raise SourceError(
                     where, cell.line, "an exercise cell needs '#| eval: false' (its blanks fail when run)"
                 )
+        if cell.role == "exercise" and cell.id in NOTEBOOK_IDS:
+            raise SourceError(
+                where, cell.line, f"exercise id {cell.id!r} is used by the notebook itself; choose another label"
+            )
         if cell.role == "solution" and not cell.in_answer:
             raise SourceError(
                 where, cell.line, 'a solution cell must sit inside the answer block (::: {... course_role="answer"})'
@@ -325,6 +369,8 @@ def _validate(lesson: Lesson, where: str) -> None:
     for ex in exercises:
         if ex.id not in solved:
             raise SourceError(where, ex.line, f"exercise {ex.id!r} has no solution cell ('#| solves: {ex.id}')")
+
+    _validate_selfcheck(lesson, where)
 
     question_ids = [d.id for d in lesson.questions]
     if sorted(q for q in question_ids if q) != list(QUESTION_IDS) or len(question_ids) != 3:
@@ -354,6 +400,41 @@ def _validate(lesson: Lesson, where: str) -> None:
     for title in SECTIONS:
         if _heading_line(lesson, title, default=None) is None:
             raise SourceError(where, 1, f"missing section '## {title}' (sections: {', '.join(SECTIONS)})")
+
+
+def _validate_selfcheck(lesson: Lesson, where: str) -> None:
+    """The self-check is student-visible and runs after the exercises: check where and how it sits."""
+    answers = lesson.answer_blocks
+    cells = [c for c in lesson.cells if c.role == "selfcheck"]
+    if len(cells) > 1:
+        raise SourceError(
+            where, cells[1].line, f"a second self-check cell; a lesson has at most one (line {cells[0].line})"
+        )
+    hints = [d for d in lesson.divs if d.role == "selfcheck-hints"]
+    if len(hints) > 1:
+        raise SourceError(where, hints[1].line, f"a second selfcheck-hints block; keep one (line {hints[0].line})")
+    for div in hints:
+        if any(a.line < div.line < a.end_line for a in answers):
+            raise SourceError(
+                where, div.line, "the selfcheck-hints block is for students: move it out of the answer block"
+            )
+    for cell in cells:
+        if cell.in_answer:
+            raise SourceError(where, cell.line, "the self-check cell is for students: move it out of the answer block")
+        if cell.id != SELFCHECK_ID:
+            raise SourceError(where, cell.line, f"the self-check cell needs '#| label: {SELFCHECK_ID}'")
+        if cell.options.get("eval") is not False:
+            raise SourceError(
+                where, cell.line, "the self-check cell needs '#| eval: false' (it calls the unfinished exercise)"
+            )
+        last = max(ex.line for ex in lesson.exercises)
+        if cell.line < last:
+            raise SourceError(where, cell.line, f"the self-check cell must come after the exercise cell on line {last}")
+        try:
+            compile(cell.code, where, "exec")
+        except SyntaxError as exc:
+            line = cell.code_line + (exc.lineno or 1) - 1
+            raise SourceError(where, line, f"the self-check cell is not valid Python: {exc.msg}") from None
 
 
 def _heading_line(lesson: Lesson, title: str, default: int | None = 1) -> int | None:

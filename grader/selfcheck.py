@@ -29,6 +29,10 @@ def check_lesson(grader: Grader, slug: str) -> tuple[list[str], float]:
             + "; ".join(m for i in ref["items"] for m in i["messages"] if m.startswith("✗"))
         )
     blank = grader.grade_bytes(dumps(build_notebook(kit.lesson)).encode(), f"{slug}-untouched.ipynb")
+    for kind, result in (("reference", ref), ("untouched", blank)):
+        problems += [
+            f"{kind} submission: hidden test broke (course fault): {f}" for f in result.get("course_faults", [])
+        ]
     code = next(i for i in blank["items"] if i["id"] == "code")
     if code["points"] != 0:
         problems.append(f"untouched notebook scores {code['points']} on code (must be 0)")

@@ -39,6 +39,17 @@ def add(a, b):
     return ______
 ```
 
+::: {course_role="selfcheck-hints"}
+**自查提示。** `add(2, 3)` 应为 5。
+:::
+
+```{python}
+#| label: selfcheck
+#| course_role: selfcheck
+#| eval: false
+assert add(2, 3) == 5, "add：add(2, 3) 应为 5"
+```
+
 ## 三个问答题
 
 ::: {#q1 course_role="question"}

@@ -2,7 +2,8 @@
 limits, and leave a clear message; the grader and the rest of the batch carry on.
 
 The code under attack is either the untouched exercise (honest score 0 on code) or a wrong solution
-whose honest score is measured first, so "no more than honest" is checked, not assumed.
+whose honest outcome is computed in-process on the same inputs, so "no more than honest" is checked
+check by check, not assumed, and does not depend on how loaded the machine is.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 from helpers import REPO, item, reference_code, submission
 
+from grader.checks import ReferenceStudent, run_checks
 from grader.course import load_course
 from grader.grade import Grader
 from grader.kernel import KernelSession, RunReport
@@ -34,6 +37,8 @@ LIMITS = dataclasses.replace(
     max_processes=48,
 )
 FAST = dataclasses.replace(COURSE, limits=LIMITS)
+# Any committed sample submission: a file an attack might try to overwrite.
+SAMPLE = sorted((REPO / "examples/submissions/lesson04").rglob("*.ipynb"))[0]
 BLANK = next(c for c in COURSE.lessons["lesson04"].exercises).code
 # A wrong but honest attempt: bucket order ignored, no overlap modelled.
 WRONG = """
@@ -55,9 +60,33 @@ def grader():
     g.close()
 
 
-@pytest.fixture(scope="module")
-def honest_wrong(grader):
-    return item(grader.grade_bytes(submission(COURSE, code=WRONG), "honest.ipynb"), "code")["points"]
+class _InProcess:
+    """The kernel's call interface over code run in this process: no timeouts, no load effects."""
+
+    def __init__(self, code: str) -> None:
+        namespace: dict = {}
+        exec(code, namespace)  # noqa: S102 - the test's own honest code
+        self._student = ReferenceStudent(types.SimpleNamespace(**namespace))
+
+    def call(self, function, args, kwargs):
+        return self._student.call(function, *args, **kwargs)
+
+
+def honest_checks(grader, honest_code: str, result) -> dict[str, bool]:
+    """Which checks ``honest_code`` passes on the very inputs the graded attack got (same seed).
+
+    Measured in-process, so that a loaded machine cannot lower the baseline: a kernel call that
+    times out under load once made the honest score lower than the attack's, and the test flaky."""
+    kit = grader.kit("lesson04")
+    results = run_checks(kit.checks, _InProcess(honest_code), kit.ref, f"lesson04\0{result['sha256']}")  # type: ignore[arg-type]
+    return {r.name: r.passed for r in results}
+
+
+def assert_no_gain(grader, honest_code: str, result) -> None:
+    """Every check the attack passed, the honest code passes on the same inputs."""
+    honest = honest_checks(grader, honest_code, result)
+    gained = [c["name"] for c in item(result, "code")["checks"] if c["passed"] and not honest[c["name"]]]
+    assert gained == [], f"the attack passed checks the honest code fails: {gained}"
 
 
 def grade(grader, code, **kw):
@@ -204,7 +233,7 @@ def test_slow_functions_hit_the_submission_limit(grader):
 
 
 def test_memory_fork_and_disk_bombs_leave_the_batch_intact(tmp_path):
-    from grader.batch import grade_many
+    from grader.batch import grade_many, plan
 
     bombs = {
         "memory": "\nhog = []\nwhile True:\n    hog.append(bytearray(50 * 1024 * 1024))\n",
@@ -220,7 +249,7 @@ def test_memory_fork_and_disk_bombs_leave_the_batch_intact(tmp_path):
     ref.write_bytes(submission(COURSE))
     paths.append(ref)
     start = time.monotonic()
-    results = grade_many(FAST, paths, jobs=2, sandbox=True, progress=False)
+    results = grade_many(FAST, plan(FAST, paths, None), jobs=2, sandbox=True, progress=False)
     assert time.monotonic() - start < 4 * (LIMITS.submission_timeout_s + 5)
     assert [code_points(r) for r in results[:3]] == [0, 0, 0]
     assert all(messages(r) for r in results[:3])
@@ -272,7 +301,7 @@ def test_output_flood_is_capped(grader):
 
 
 # --- forging results -------------------------------------------------------------------------
-def test_printing_fake_results_gains_nothing(grader, honest_wrong):
+def test_printing_fake_results_gains_nothing(grader):
     fake = json.dumps({"total": 10, "passed": True, "items": [{"id": "code", "points": 4}]})
     attack = (
         WRONG
@@ -286,7 +315,8 @@ gbs_tokens = _say
 """
     )
     r = grade(grader, attack)
-    assert code_points(r) <= honest_wrong and r["total"] < 10
+    assert_no_gain(grader, WRONG, r)
+    assert r["total"] < 10
 
 
 @pytest.mark.parametrize(
@@ -298,9 +328,36 @@ gbs_tokens = _say
         "from IPython.core.interactiveshell import InteractiveShell\nInteractiveShell.showtraceback = lambda *a, **k: None\nInteractiveShell.showsyntaxerror = lambda *a, **k: None\n",
     ],
 )
-def test_patching_what_tests_rely_on_gains_nothing(grader, honest_wrong, patch):
+def test_patching_what_tests_rely_on_gains_nothing(grader, patch):
     r = grade(grader, WRONG + "\n" + patch)
-    assert code_points(r) <= honest_wrong
+    assert_no_gain(grader, WRONG, r)
+
+
+def test_exceptions_do_not_carry_hidden_inputs_out(grader):
+    # The class name and the message both encode the hidden arguments; a metaclass-free runtime class
+    # that even claims to come from builtins.
+    leak = """def _leak(*args):
+    name = 'Leak_' + '_'.join(str(abs(hash(repr(a))) % 10**9) + str(a)[:40].replace(' ', '') for a in args)
+    raise type(name, (KeyError,), {'__module__': 'builtins'})('hidden=' + repr(args))
+
+def bucket_gradients(grads, bucket_bytes):
+    _leak(grads, bucket_bytes)
+
+def simulate_dp_step(layer_backward_s, bucket_comm_s, overlap):
+    _leak(layer_backward_s, bucket_comm_s, overlap)
+
+def gbs_tokens(mbs, grad_acc, dp, seq):
+    _leak(mbs, grad_acc, dp, seq)
+"""
+    r = grade(grader, leak)
+    text = messages(r)
+    assert code_points(r) == 0
+    assert "Leak_" not in text and "hidden=" not in text and "4096" not in text
+    raise_line = (
+        leak.splitlines().index("    raise type(name, (KeyError,), {'__module__': 'builtins'})('hidden=' + repr(args))")
+        + 1
+    )
+    assert f"抛出了 KeyError（代码单元「ex-dp」第 {raise_line} 行）" in text, text
 
 
 HOSTILE_OBJECTS = """
@@ -335,17 +392,17 @@ def test_writing_where_results_go_has_no_effect(grader, tmp_path):
         BLANK
         + f"""
 import os
-for p in [{str(target)!r}, {str(REPO / "examples/submissions/lesson04/reference.ipynb")!r}]:
+for p in [{str(target)!r}, {str(SAMPLE)!r}]:
     try:
         open(p, 'w').write('{{"total": 10, "passed": true}}')
     except OSError:
         pass
 """
     )
-    before = (REPO / "examples/submissions/lesson04/reference.ipynb").read_bytes()
+    before = SAMPLE.read_bytes()
     r = grade(grader, attack)
     assert code_points(r) == 0 and not target.exists()
-    assert (REPO / "examples/submissions/lesson04/reference.ipynb").read_bytes() == before
+    assert SAMPLE.read_bytes() == before
 
 
 def test_skip_execution_tag_and_foreign_kernelspec_are_ignored(grader):
@@ -395,7 +452,7 @@ def test_grade_refuses_without_bubblewrap(tmp_path):
             "--root",
             str(REPO),
             "grade",
-            str(REPO / "examples/submissions/lesson04/reference.ipynb"),
+            str(SAMPLE),
         ],
         capture_output=True,
         text=True,

@@ -7,12 +7,13 @@ import re
 from pathlib import Path
 
 import nbformat
-from conftest import git
 
 from grader.build import build
 from grader.cli import main
 from grader.course import load_course
 from grader.lesson import Lesson
+from grader.scaffold import new_lesson
+from grader.yamlio import load_yaml
 
 
 def built_text(tree: Path) -> dict[str, str]:
@@ -59,6 +60,14 @@ def test_student_notebook_is_valid_and_addressable(repo, tmp_path):
     roles = [(c.metadata.course.role, c.metadata.course.id, c.cell_type) for c in nb.cells]
     assert ("exercise", "ex-dp", "code") in roles
     assert [r for r in roles if r[0] == "answer"] == [("answer", q, "markdown") for q in ("q1", "q2", "q3")]
+    # The self-check follows the exercise and comes before the questions.
+    assert roles[1:4] == [
+        ("exercise", "ex-dp", "code"),
+        ("selfcheck-hints", "selfcheck-hints", "markdown"),
+        ("selfcheck", "selfcheck", "code"),
+    ]
+    selfcheck = next(c for c in nb.cells if c.metadata.course.role == "selfcheck")
+    assert "gbs_tokens(2, 4, 128, 4096) == 4194304" in selfcheck.source and "#|" not in selfcheck.source
     exercise = next(c for c in nb.cells if c.metadata.course.role == "exercise")
     assert "______" in exercise.source and "#|" not in exercise.source
     assert all(c.id == c.metadata.course.id for c in nb.cells)
@@ -106,35 +115,83 @@ def test_toggle_rejects_unknown_lesson(scratch_course, capsys):
     assert "no lesson 'lesson99'" in capsys.readouterr().err
 
 
-def test_publish_commits_branches_without_touching_the_work_tree(scratch_course, monkeypatch):
-    for var in ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"):
-        monkeypatch.setenv(var, "Course Tests")
-    for var in ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):
-        monkeypatch.setenv(var, "tests@example.invalid")
-    git(scratch_course, "init", "-q", "-b", "main")
-    git(scratch_course, "add", "-A")
-    git(scratch_course, "commit", "-qm", "sources")
-    (scratch_course / "notes.txt").write_text("uncommitted work\n")
-    git(scratch_course, "add", "notes.txt")
-    (scratch_course / "draft.txt").write_text("untracked\n")
-    before = (git(scratch_course, "status", "--porcelain"), git(scratch_course, "rev-parse", "HEAD"))
-
-    env_args = ["--root", str(scratch_course), "publish", "--out", str(scratch_course.parent / "out")]
-    assert main(env_args) == 0
-    assert (git(scratch_course, "status", "--porcelain"), git(scratch_course, "rev-parse", "HEAD")) == before
-    assert git(scratch_course, "branch", "--show-current").strip() == "main"
-    student = git(scratch_course, "ls-tree", "-r", "--name-only", "student").split()
-    assert "lessons/lesson04.ipynb" in student and not any(n.startswith("solutions") for n in student)
-    tips = git(scratch_course, "rev-parse", "student", "answers")
-
-    assert main(env_args) == 0  # nothing changed: no new commits
-    assert git(scratch_course, "rev-parse", "student", "answers") == tips
-    assert git(scratch_course, "rev-list", "--count", "student").strip() == "1"
-
-
 def test_build_reports_bad_lesson_without_traceback(scratch_course, capsys):
     path = scratch_course / "lessons/lesson04.qmd"
     path.write_text(path.read_text(encoding="utf-8").replace("#| eval: false\n", "", 1), encoding="utf-8")
     assert main(["--root", str(scratch_course), "build"]) == 2
     err = capsys.readouterr().err
     assert re.match(r"course: error: lessons/lesson04\.qmd:\d+: an exercise cell needs '#\| eval: false'", err)
+
+
+def sidebar_lessons(config_text: str) -> list[str]:
+    config = load_yaml(config_text, "_quarto.yml")
+    section = next(e for e in config["website"]["sidebar"]["contents"] if "section" in e)
+    return section["contents"]
+
+
+def test_new_lesson_appears_in_sidebar_and_syllabus_without_editing_them(scratch_course):
+    sources = {name: (scratch_course / name).read_bytes() for name in ("_quarto.yml", "index.qmd")}
+    new_lesson(scratch_course, "lesson07", "序列并行 SP")
+    assert main(["--root", str(scratch_course), "build"]) == 0
+    for tree in ("student", "answers"):
+        built = built_text(scratch_course / "_build" / tree)
+        assert sidebar_lessons(built["_quarto.yml"]) == [f"lessons/lesson{n:02d}.qmd" for n in range(1, 8)]
+        rows = [line for line in built["index.qmd"].splitlines() if line.startswith("| 第 ")]
+        assert [row.split(" | ")[0] for row in rows] == [f"| 第 {n} 课" for n in range(1, 8)]
+        assert rows[-1].startswith("| 第 7 课 | [序列并行 SP](lessons/lesson07.qmd) | ")
+        assert (
+            "| [第 3 课](lessons/lesson03.qmd)、[第 5 课](lessons/lesson05.qmd) |" in rows[5]
+        )  # lesson 6's prerequisites
+        assert "course_role" not in built["_quarto.yml"] and "course:" in built["_quarto.yml"]
+    assert {name: (scratch_course / name).read_bytes() for name in sources} == sources
+
+
+def test_built_index_keeps_its_prose(repo, tmp_path):
+    build(load_course(repo), tmp_path)
+    source = (repo / "index.qmd").read_text(encoding="utf-8")
+    built = (tmp_path / "student/index.qmd").read_text(encoding="utf-8")
+    prose = [
+        line for line in source.splitlines() if line.strip() and "syllabus" not in line and not line.startswith("<!--")
+    ]
+    assert all(line in built.splitlines() for line in prose)
+    assert "{#syllabus}" in built and '{tbl-colwidths="[' in built
+
+
+def test_build_stops_on_a_broken_checks_file(scratch_course, capsys):
+    path = scratch_course / "solutions/lesson04/checks.py"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines.insert(9, "def broken(:")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["--root", str(scratch_course), "build"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("course: error: solutions/lesson04/checks.py:10: cannot import: SyntaxError"), err
+    assert not (scratch_course / "_build").exists()
+
+
+def test_build_stops_without_a_rubric(scratch_course, capsys):
+    (scratch_course / "solutions/lesson02/rubric.yml").unlink()
+    assert main(["--root", str(scratch_course), "build"]) == 2
+    assert capsys.readouterr().err.startswith("course: error: solutions/lesson02/rubric.yml: missing rubric.yml")
+
+
+def test_build_stops_on_a_malformed_rubric(scratch_course, capsys):
+    path = scratch_course / "solutions/lesson05/rubric.yml"
+    path.write_text(path.read_text(encoding="utf-8").replace("points: 0.5", "points: many", 1), encoding="utf-8")
+    assert main(["--root", str(scratch_course), "build"]) == 2
+    assert re.match(r"course: error: solutions/lesson05/rubric\.yml:\d+: key point .*'points'", capsys.readouterr().err)
+
+
+def test_build_needs_the_syllabus_marker(scratch_course, capsys):
+    index = scratch_course / "index.qmd"
+    index.write_text(index.read_text(encoding="utf-8").replace("::: {#syllabus}", "::: {#plan}"), encoding="utf-8")
+    assert main(["--root", str(scratch_course), "build"]) == 2
+    assert "index.qmd: needs exactly one '::: {#syllabus}'" in capsys.readouterr().err
+
+
+def test_build_needs_the_generated_sidebar_section(scratch_course, capsys):
+    config = scratch_course / "_quarto.yml"
+    text = config.read_text(encoding="utf-8").replace("contents: []", "contents: [lessons/lesson01.qmd]")
+    config.write_text(text, encoding="utf-8")
+    assert main(["--root", str(scratch_course), "build"]) == 2
+    line = next(i for i, raw in enumerate(text.splitlines(), start=1) if raw.strip() == "sidebar:")
+    assert f"_quarto.yml:{line}: website.sidebar needs exactly one" in capsys.readouterr().err

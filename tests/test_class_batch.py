@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from helpers import REPO, submission
+from helpers import REPO, sample, submission
 
 from grader.cli import main
 from grader.course import load_course
@@ -79,7 +79,7 @@ def roster(tmp_path: Path) -> Path:
 
 def test_per_student_folders_give_one_row_per_student_and_overrides_hit_one_row(tmp_path, roster, capsys):
     lms = tmp_path / "lms"
-    ref = (REPO / "examples/submissions/lesson04/reference.ipynb").read_bytes()
+    ref = sample("reference").read_bytes()
     put(lms / "2026001" / "lesson04.ipynb", ref)
     put(lms / "2026002" / "lesson04.ipynb", fast_notebook())
     put(lms / "2026003" / "lesson04.ipynb", fast_notebook())
@@ -245,7 +245,7 @@ def test_chinese_names_survive_libreoffice(tmp_path, roster):
 
 # --- hostile names, file types and text -------------------------------------------------------
 def test_hostile_names_and_types_cannot_corrupt_the_gradebook_or_block_the_batch(tmp_path, roster):
-    ref = (REPO / "examples/submissions/lesson04/reference.ipynb").read_bytes()
+    ref = sample("reference").read_bytes()
     honest = put(tmp_path / "2026001" / "lesson04.ipynb", ref)
     formula = put(tmp_path / '=HYPERLINK("evil")+1.ipynb', fast_notebook())
     newline = put(tmp_path / "y" / "a\n2026009  lesson04  4  2  2  2  10/10  PASS.ipynb", fast_notebook())

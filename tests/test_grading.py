@@ -249,7 +249,9 @@ def test_rubric_cli(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     first, second = (json.loads(line) for line in proc.stdout.splitlines())
-    assert set(first) == {"points", "max", "key_points", "missing", "vetoes", "suppressed", "notes"} and first["max"] == 2
+    assert (
+        set(first) == {"points", "max", "key_points", "missing", "vetoes", "suppressed", "notes"} and first["max"] == 2
+    )
     assert first["vetoes"][0]["id"] == "dp-cuts-memory" and "1/8" in first["vetoes"][0]["evidence"]
     assert second["key_points"][0]["id"] == "eight-times" and second["points"] == 0.5
 

@@ -165,3 +165,66 @@ def test_bad_release_state(scratch_course):
 def test_every_bundled_lesson_parses(repo):
     course = load_course(repo)
     assert "lesson04" in course.lessons
+
+
+SELFCHECK_CELL = '```{python}\n#| label: selfcheck\n#| course_role: selfcheck\n#| eval: false\nassert add(2, 3) == 5, "add：add(2, 3) 应为 5"\n```\n'
+
+
+def test_selfcheck_parts_are_in_the_model(tmp_path, lesson_text):
+    lesson = parse_lesson(write(tmp_path, lesson_text))
+    assert lesson.selfcheck is not None and lesson.selfcheck.code.strip().startswith("assert add(2, 3) == 5")
+    assert lesson.selfcheck.line == line_of(lesson_text, "#| label: selfcheck") - 1
+    assert lesson.selfcheck_hints is not None and "`add(2, 3)` 应为 5" in lesson.selfcheck_hints.body
+
+
+def test_selfcheck_is_optional(tmp_path, lesson_text):
+    text = lesson_text.replace(SELFCHECK_CELL, "")
+    assert parse_lesson(write(tmp_path, text)).selfcheck is None
+
+
+def test_selfcheck_needs_eval_false(tmp_path, lesson_text):
+    text = lesson_text.replace("#| course_role: selfcheck\n#| eval: false\n", "#| course_role: selfcheck\n")
+    expect_error(write(tmp_path, text), line_of(text, "#| label: selfcheck") - 1, "needs '#| eval: false'")
+
+
+def test_selfcheck_needs_its_label(tmp_path, lesson_text):
+    text = lesson_text.replace("#| label: selfcheck\n", "#| label: check-mine\n")
+    expect_error(write(tmp_path, text), line_of(text, "#| label: check-mine") - 1, "'#| label: selfcheck'")
+
+
+def test_only_one_selfcheck(tmp_path, lesson_text):
+    text = lesson_text.replace(
+        "## 三个问答题", SELFCHECK_CELL.replace("selfcheck\n#| course", "selfcheck-2\n#| course") + "\n## 三个问答题"
+    )
+    expect_error(write(tmp_path, text), line_of(text, "selfcheck-2") - 1, "a second self-check cell")
+
+
+def test_selfcheck_outside_the_answer_block(tmp_path, lesson_text):
+    text = lesson_text.replace(SELFCHECK_CELL, "").replace("## 参考答案\n", "## 参考答案\n\n" + SELFCHECK_CELL)
+    expect_error(write(tmp_path, text), line_of(text, "#| label: selfcheck") - 1, "move it out of the answer block")
+
+
+def test_selfcheck_hints_outside_the_answer_block(tmp_path, lesson_text):
+    hints = '::: {course_role="selfcheck-hints"}\n**自查提示。** `add(2, 3)` 应为 5。\n:::\n'
+    text = lesson_text.replace(hints, "").replace("## 参考答案\n", "## 参考答案\n\n" + hints)
+    expect_error(write(tmp_path, text), line_of(text, "selfcheck-hints"), "move it out of the answer block")
+
+
+def test_selfcheck_after_the_exercise(tmp_path, lesson_text):
+    text = lesson_text.replace(SELFCHECK_CELL, "").replace("## 代码填空题\n", "## 代码填空题\n\n" + SELFCHECK_CELL)
+    expect_error(write(tmp_path, text), line_of(text, "#| label: selfcheck") - 1, "must come after the exercise")
+
+
+def test_selfcheck_syntax_error_points_at_its_line(tmp_path, lesson_text):
+    text = lesson_text.replace('assert add(2, 3) == 5, "add', 'assert add(2, 3) == 5,, "add')
+    expect_error(write(tmp_path, text), line_of(text, "== 5,,"), "not valid Python")
+
+
+def test_exercise_cannot_take_a_notebook_id(tmp_path, lesson_text):
+    text = lesson_text.replace("#| label: ex-add", "#| label: intro").replace("#| solves: ex-add", "#| solves: intro")
+    expect_error(write(tmp_path, text), line_of(text, "#| label: intro") - 1, "used by the notebook itself")
+
+
+def test_prerequisites_name_earlier_lessons(tmp_path, lesson_text):
+    text = lesson_text.replace("prerequisites: []", "prerequisites: [3, 12]")
+    expect_error(write(tmp_path, text), line_of(text, "prerequisites:"), "lesson numbers before 9")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from helpers import REPO
 
+from grader.build import build
 from grader.course import load_course
 from grader.grade import Grader
 from grader.selfcheck import check_lesson
@@ -27,8 +28,15 @@ def test_lesson_is_sound(grader, slug):
     assert problems == []
 
 
-def test_syllabus_and_sidebar_list_every_lesson():
-    index = (REPO / "index.qmd").read_text(encoding="utf-8")
-    config = (REPO / "_quarto.yml").read_text(encoding="utf-8")
+def test_built_syllabus_and_sidebar_list_every_lesson(tmp_path):
+    build(COURSE, tmp_path)
+    index = (tmp_path / "student/index.qmd").read_text(encoding="utf-8")
+    config = (tmp_path / "student/_quarto.yml").read_text(encoding="utf-8")
     for slug in COURSE.lessons:
-        assert f"](lessons/{slug}.qmd)" in index and f"lessons/{slug}.qmd" in config
+        assert f"](lessons/{slug}.qmd)" in index and f"- lessons/{slug}.qmd" in config
+
+
+def test_every_lesson_has_a_self_check():
+    for slug, lesson in COURSE.lessons.items():
+        assert lesson.selfcheck is not None and lesson.selfcheck_hints is not None, slug
+        assert lesson.selfcheck_hints.line < lesson.selfcheck.line, slug

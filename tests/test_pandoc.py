@@ -64,3 +64,25 @@ def test_answer_block_is_absent_for_pandoc_in_the_student_tree(trees):
         assert roles(answers).count("answer") == 1 and roles(answers).count("keypoints") == 3
         assert not any(text and solution in text for _, _, text in student)
         assert any(text and solution in text for _, _, text in answers)
+
+
+def test_pandoc_reads_the_generated_syllabus_as_one_table(trees):
+    course, out = trees
+    ast = json.loads(
+        pypandoc.convert_text((out / "student/index.qmd").read_text(encoding="utf-8"), "json", format="markdown")
+    )
+    div = next(b for b in ast["blocks"] if b["t"] == "Div" and b["c"][0][0] == "syllabus")
+    table = next(b for b in div["c"][1] if b["t"] == "Table")
+    widths = [spec[1]["c"] for spec in table["c"][2]]
+    assert [round(w, 2) for w in widths] == [0.12, 0.38, 0.32, 0.18]  # no one-character first column
+    rows = table["c"][4][0][3]
+    assert len(rows) == len(course.lessons)
+
+
+def test_self_check_is_visible_in_the_student_tree(trees):
+    course, out = trees
+    for slug, lesson in course.lessons.items():
+        _, found = blocks((out / "student/lessons" / f"{slug}.qmd").read_text(encoding="utf-8"))
+        assert "selfcheck-hints" in [dict(attrs[2]).get("course_role") for kind, attrs, _ in found if kind == "Div"]
+        code = [text for kind, _, text in found if kind == "CodeBlock"]
+        assert any("#| course_role: selfcheck" in text and lesson.selfcheck.code.strip() in text for text in code)
