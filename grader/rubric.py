@@ -20,6 +20,7 @@ import functools
 import re
 import unicodedata
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -126,6 +127,7 @@ _FALSE_CUES = [
 _POST_NEG = re.compile(r"^(?:不了|不下|不到|不动|不成|不起|不开|不完)")
 _A_NOT_A = re.compile(r"([\u4e00-\u9fff])[不没]\1")
 _TERMINATORS = re.compile(r"但是|但|然而|而是|可是|却|所以|因此|否则|的时候|时候|时|but")
+_CAUSAL = frozenset({"所以", "因此"})  # terminators that a negation right before them reaches across
 _QUESTION_END = re.compile(r"(?:吗|么|呢)\s*[?？]?\s*$|[?？]\s*$")
 _QUESTION_CUES = re.compile(r"是否|难道|whether")
 _REPORTED = re.compile(
@@ -327,14 +329,26 @@ def negated(text: str, start: int, end: int, masks: tuple[tuple[int, int], ...] 
     cuts = list(_CLAUSE_END.finditer(window))
     if cuts:
         window = window[cuts[-1].end() :]
-    terminators = list(_TERMINATORS.finditer(window))
-    if terminators:
-        window = window[terminators[-1].end() :]
+    window = window[_scope_start(window) :]
     window = _mask(_A_NOT_A.sub(lambda m: "＿" * 3, _mask(window, _FALSE_CUES)), _FALSE_CUES)
     count = len(_CUE_RE.findall(window))
     if _POST_NEG.match(text[end : end + 3]):
         count += 1
     return count % 2 == 1
+
+
+def _scope_start(window: str) -> int:
+    """Where the negation scope of the head begins: after the last terminator that cuts it.
+
+    A causal connective right after a negation cue does not cut: in 激活不会因此减少 the 不会
+    negates 减少 through 因此, whereas in 通信变少，所以减少了时间 the 所以 starts a new claim.
+    """
+    masked = _mask(window, _FALSE_CUES)
+    for t in reversed(list(_TERMINATORS.finditer(window))):
+        if t.group() in _CAUSAL and _CUE_END.search(masked, 0, t.start()):
+            continue
+        return t.end()
+    return 0
 
 
 _CUE_RE = re.compile(
@@ -343,6 +357,7 @@ _CUE_RE = re.compile(
         for c in sorted(_NEG_CUES, key=len, reverse=True)
     )
 )
+_CUE_END = re.compile(rf"(?:{_CUE_RE.pattern})\s*$")  # a cue that ends the text before a terminator
 
 
 # --- rubric model ------------------------------------------------------------------------------
@@ -380,11 +395,26 @@ class Veto:
     keep: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class ProseException:
+    """A lesson sentence a veto may fire on by design (it reads like the misconception out of context).
+
+    Listed under ``prose_exceptions:`` in rubric.yml, so that the lesson/rubric consistency check
+    (grader.consistency) stays quiet about it; ``reason`` is required so that a reviewer can judge it.
+    """
+
+    veto: str  # the veto's id
+    text: str  # a substring of the lesson's sentence
+    reason: str
+    line: int | None  # line of the entry in rubric.yml
+
+
 @dataclass
 class Rubric:
     path: str
     key_points: dict[str, list[KeyPoint]]
     vetoes: list[Veto]
+    prose_exceptions: list[ProseException] = field(default_factory=list)
 
     def vetoes_for(self, question: str) -> list[Veto]:
         return [v for v in self.vetoes if question in v.questions]
@@ -604,7 +634,34 @@ def load_rubric(path: Path, display: str) -> Rubric:
                 list(examples.get("keep", [])),
             )
         )
-    return Rubric(display, key_points, vetoes)
+    exceptions = _prose_exceptions(data.get("prose_exceptions"), {v.id for v in vetoes}, ld)
+    return Rubric(display, key_points, vetoes, exceptions)
+
+
+def _prose_exceptions(raw: Any, veto_ids: set[str], ld: _Loader) -> list[ProseException]:
+    """Validate ``prose_exceptions:``: each entry names a known veto, a sentence fragment and a reason."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ld.fail("prose_exceptions:", "'prose_exceptions' must be a list of {veto, text, reason} entries")
+    out = []
+    for n, entry in enumerate(raw):
+        line = ld.item_line(("prose_exceptions",), n) or ld.line("prose_exceptions:")
+        if not isinstance(entry, dict):
+            raise SourceError(ld.path, line, "a prose exception must be a mapping with 'veto', 'text' and 'reason'")
+        unknown = set(entry) - {"veto", "text", "reason"}
+        if unknown:
+            raise SourceError(ld.path, line, f"prose exception: unknown key(s) {sorted(unknown)}")
+        veto = entry.get("veto")
+        if veto not in veto_ids:
+            known = ", ".join(sorted(veto_ids)) or "none"
+            raise SourceError(ld.path, line, f"prose exception: unknown veto {veto!r}; known vetoes: {known}")
+        for key, what in (("text", "a fragment of the lesson's sentence"), ("reason", "why the veto may fire on it")):
+            value = entry.get(key)
+            if not isinstance(value, str) or not value.strip():
+                raise SourceError(ld.path, line, f"prose exception for {veto}: needs '{key}:', {what}")
+        out.append(ProseException(veto, entry["text"].strip(), entry["reason"].strip(), line))
+    return out
 
 
 # --- matching ----------------------------------------------------------------------------------
@@ -784,25 +841,55 @@ def _unless(veto: Veto, p: Pattern, answer: _Answer, i: int, head: int) -> Span 
     return None
 
 
-def _veto(veto: Veto, answer: _Answer) -> tuple[Evidence, str | None] | None:
-    """A fired match (reason None), else the first suppressed match with its reason, else None."""
-    suppressed: tuple[Evidence, str] | None = None
+def _veto_matches(veto: Veto, answer: _Answer) -> Iterator[tuple[int, Evidence, str | None]]:
+    """Every match of a veto, pattern by pattern and sentence by sentence: (sentence, evidence, reason).
+
+    ``reason`` is None when the veto fires, else why the match is suppressed (negated, a question,
+    an 'unless' term, ...). Bounded like ``_match``: one attempt per pattern and sentence.
+    """
     for p in veto.patterns:
         for i, s in enumerate(answer.sentences):
             head, why = _match(p, answer, i, ("asserted", *STATUSES))
             if head is None:
-                if why and suppressed is None:
-                    suppressed = (_evidence(s), why)
+                if why:
+                    yield i, _evidence(s), why
                 continue
             unless = _unless(veto, p, answer, i, head[0])
             status = _status_at(s, head[0])
             if unless is not None:
-                suppressed = suppressed or (_evidence(s, *head), f"unless: {s.text[unless[0] : unless[1]]}")
+                yield i, _evidence(s, *head), f"unless: {s.text[unless[0] : unless[1]]}"
             elif status != "asserted":
-                suppressed = suppressed or (_evidence(s, *head), status)
+                yield i, _evidence(s, *head), status
             else:
-                return _evidence(s, *head), None
+                yield i, _evidence(s, *head), None
+
+
+def _veto(veto: Veto, answer: _Answer) -> tuple[Evidence, str | None] | None:
+    """A fired match (reason None), else the first suppressed match with its reason, else None."""
+    suppressed: tuple[Evidence, str] | None = None
+    for _, ev, why in _veto_matches(veto, answer):
+        if why is None:
+            return ev, None
+        suppressed = suppressed or (ev, why)
     return suppressed
+
+
+def veto_firings(rubric: Rubric, question: str, text: str) -> list[tuple[Veto, int, Evidence]]:
+    """Every (veto, sentence index, evidence) where a veto of ``question`` fires on ``text``.
+
+    ``score_answer`` reports one match per veto, which is what a student needs; an author checking
+    a whole paragraph of lesson prose needs all of them. Sentence indices are those of
+    ``split_sentences(text)``. The text is read in full (author text, not a submission).
+    """
+    answer = _Answer(split_sentences(text))
+    out: list[tuple[Veto, int, Evidence]] = []
+    for veto in rubric.vetoes_for(question):
+        seen: set[int] = set()
+        for i, ev, why in _veto_matches(veto, answer):
+            if why is None and i not in seen:
+                seen.add(i)
+                out.append((veto, i, ev))
+    return out
 
 
 def example_outcomes(rubric: Rubric) -> list[tuple[Veto, str, str, bool]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 
+from .consistency import self_contradictions
 from .course import Course
 from .grade import Grader
 from .lesson import QUESTION_IDS
@@ -54,6 +55,8 @@ def check_lesson(grader: Grader, slug: str) -> tuple[list[str], float]:
             problems.append(f"veto {v.id} fires on a keep example: {text}")
     if len(kit.checks) < 6:
         problems.append(f"only {len(kit.checks)} hidden tests (at least 6)")
+    # No veto may fail what the lesson itself teaches (see docs/rubric.md, prose_exceptions).
+    problems += self_contradictions(kit.rubric, kit.lesson)
     return problems, elapsed
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from helpers import REPO, sample, submission
+from helpers import REPO, reference_code, sample, submission
 
 from grader.cli import main
 from grader.course import load_course
@@ -320,3 +320,52 @@ def test_reference_notebook_of_every_lesson_is_identified_by_folder(tmp_path):
     assert code == 0, err
     assert [r["student"] for r in results] == [f"s-{slug}" for slug in sorted(COURSE.lessons)]
     assert all(r["total"] == 6 for r in results)
+
+
+def test_one_batch_of_every_hostile_finding_still_gives_the_reference_full_marks(tmp_path):
+    """The findings of the attack set, graded together with an honest reference in one CLI batch:
+    the batch finishes, the reference keeps 10/10, the gradebook is written, the grader stays small."""
+    from test_kernel_hostile import _MEASURED_CLI, COMM_STATE, DISPLAY_SWAP, ERROR_FLOOD
+
+    blank = COURSE.lessons["lesson04"].exercises[0].code
+    reference = reference_code(COURSE)
+    leak = (
+        "def _leak(*args):\n    raise type('Leak_' + str(args)[:40], (KeyError,), {})('hidden=' + repr(args))\n"
+        "def bucket_gradients(grads, bucket_bytes):\n    _leak(grads, bucket_bytes)\n"
+    )
+    lone_comment = submission(COURSE, code=reference + "\n# LONE\n").replace(b"LONE", b"\\ud83d")
+    long_answer = "DP 把数据分到各卡上，每卡显存不变，" * 2500  # about 45 KB in q1
+    files = {
+        "2026001/lesson04.ipynb": sample("reference").read_bytes(),
+        "2026002/lesson04.ipynb": submission(COURSE, code=blank + ERROR_FLOOD),
+        "2026003/lesson04.ipynb": submission(COURSE, code=blank + DISPLAY_SWAP),
+        "2026004/lesson04.ipynb": submission(COURSE, code=blank + COMM_STATE),
+        "2026005/lesson04.ipynb": submission(COURSE, code=leak),
+        "2026006/lesson04.ipynb": lone_comment,
+        "2026007/lesson04.ipynb": json.dumps(with_answer(submission(COURSE), "q1", long_answer)).encode(),
+        "2026008/lesson04.ipynb": json.dumps(with_answer(submission(COURSE), "q2", "梯度\ud83d")).encode(),
+        '=HYPERLINK("x")+1.ipynb': fast_notebook(),
+    }
+    for name, data in files.items():
+        put(tmp_path / name, data)
+    (tmp_path / "2026009").mkdir()
+    (tmp_path / "2026009" / "lesson04.ipynb").symlink_to(tmp_path / "2026001" / "lesson04.ipynb")
+    (tmp_path / "2026010").mkdir()
+    os.mkfifo(tmp_path / "2026010" / "lesson04.ipynb")
+    names = [*files, "2026009/lesson04.ipynb", "2026010/lesson04.ipynb"]
+    proc = subprocess.run(
+        # One job, so that the peak measures what one grader holds, not how two floods overlap in time.
+        [sys.executable, "-c", _MEASURED_CLI, "--root", str(REPO), "grade", *names, "--json", "--jobs", "1",
+         "--csv", "g.csv"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]  # only the symlink and the pipe could not be graded
+    peak_mb = int([x for x in proc.stderr.splitlines() if x.startswith("peak_rss_kb")][-1].split()[1]) // 1024
+    assert peak_mb < 400, f"the grader peaked at {peak_mb} MB"
+    results = {r["file"]: r for r in map(json.loads, proc.stdout.splitlines()[: len(names)])}
+    assert results["2026001/lesson04.ipynb"]["total"] == 10 and results["2026001/lesson04.ipynb"]["passed"]
+    assert next(i for i in results["2026006/lesson04.ipynb"]["items"] if i["id"] == "code")["points"] == 4
+    assert any("只评阅了前" in m for i in results["2026007/lesson04.ipynb"]["items"] for m in i["messages"])
+    assert "Leak_" not in json.dumps(results["2026005/lesson04.ipynb"], ensure_ascii=False)
+    assert [r["graded"] for r in results.values()] == [True] * len(files) + [False, False]
+    assert len(read_csv(tmp_path / "g.csv")) == len(names)

@@ -53,6 +53,11 @@ def test_fired_veto_carries_sentence_and_suppressed_carry_reason():
         ("DP 不会因为增大 dp 而减少显存", "减少", True),
         ("no_sync 会改变结果", "改变", False),
         ("it does not reduce memory", "reduce", True),
+        # a negation right before 因此/所以 reaches across it; elsewhere they start a new claim
+        ("ZeRO 只切分模型状态，激活显存不会因此减少", "减少", True),
+        ("激活显存并没有因此减少", "减少", True),
+        ("显存不够所以减少了 batch", "减少", False),
+        ("不时降低", "降低", False),
     ],
 )
 def test_negation(text, word, expected):
