@@ -48,6 +48,11 @@ class BuiltTree:
 def lesson_source(lesson: Lesson, show_answers: bool) -> str:
     """The lesson's .qmd for one tree: answer block removed, or kept and made visible."""
     lines = list(lesson.lines)
+    if show_answers:
+        # Label each key-point list with its question, so a reader knows which list answers what.
+        for div in sorted((d for d in lesson.divs if d.role == "keypoints"), key=lambda d: d.line, reverse=True):
+            number = str(div.attrs.get("question", "q?"))[1:]
+            lines[div.line - 1 : div.line] = [lines[div.line - 1], f"**问题 {number} 的要点**", ""]
     for block in sorted(lesson.answer_blocks, key=lambda b: b.line, reverse=True):
         if show_answers:
             # The answer tree and released lessons show the block under any profile.

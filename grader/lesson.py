@@ -35,6 +35,10 @@ _DIV_CLOSE = re.compile(r"^:{3,}\s*$")
 _OPTION = re.compile(r"^#\|\s?(.*)$")
 _ATTR = re.compile(r'#(?P<id>[\w:.-]+)|\.(?P<cls>[\w-]+)|(?P<key>[\w-]+)=(?:"(?P<q>[^"]*)"|(?P<v>[^\s}]+))')
 _LESSON_FILE = re.compile(r"^lesson(\d{2})\.qmd$")
+# Label prefixes that Quarto turns into numbered, captioned cross-references.
+QUARTO_CROSSREF_PREFIXES = frozenset(
+    "fig tbl lst eq sec thm lem cor prp cnj def exm exr sol rem tip nte wrn imp cau".split()
+)
 _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,62}$")
 
 
@@ -330,6 +334,14 @@ def _validate(lesson: Lesson, where: str) -> None:
                 where,
                 cell.line,
                 f"cell id {cell.id!r} must start with a letter and use only letters, digits, '-' or '_'",
+            )
+        prefix = cell.id.split("-", 1)[0]
+        if "-" in cell.id and prefix in QUARTO_CROSSREF_PREFIXES:
+            raise SourceError(
+                where,
+                cell.line,
+                f"cell id {cell.id!r}: Quarto reads the prefix '{prefix}-' as a cross-reference and captions the "
+                f"cell (e.g. '解 1.'); use another prefix, such as ref-{cell.id.split('-', 1)[1]}",
             )
         if cell.role == "exercise":
             if cell.in_answer:

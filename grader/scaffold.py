@@ -179,7 +179,7 @@ assert scale([1, 2], 3) == [3, 6], "scale：scale([1, 2], 3) 应为 [3, 6]"
 TODO(course): 说明参考实现的关键一步。
 
 ```{python}
-#| label: sol-@SLUG@
+#| label: ref-@SLUG@
 #| course_role: solution
 #| solves: ex-@SLUG@
 def scale(values, factor):

@@ -72,7 +72,7 @@ assert add(2, 3) == 5, "add：add(2, 3) 应为 5"
 ## 参考答案
 
 ```{python}
-#| label: sol-add
+#| label: ref-add
 #| course_role: solution
 #| solves: ex-add
 def add(a, b):

@@ -195,3 +195,14 @@ def test_build_needs_the_generated_sidebar_section(scratch_course, capsys):
     assert main(["--root", str(scratch_course), "build"]) == 2
     line = next(i for i, raw in enumerate(text.splitlines(), start=1) if raw.strip() == "sidebar:")
     assert f"_quarto.yml:{line}: website.sidebar needs exactly one" in capsys.readouterr().err
+
+
+def test_answer_tree_labels_each_key_point_list_with_its_question(repo):
+    from grader.build import lesson_source
+
+    for lesson in load_course(repo).lessons.values():
+        text = lesson_source(lesson, show_answers=True)
+        for n in (1, 2, 3):
+            opening = f'::: {{course_role="keypoints" question="q{n}"}}\n**问题 {n} 的要点**\n'
+            assert opening in text, (lesson.slug, n)
+        assert "问题 1 的要点" not in lesson_source(lesson, show_answers=False)

@@ -72,7 +72,7 @@ def test_unknown_div_role(tmp_path, lesson_text):
 
 
 def test_duplicate_id(tmp_path, lesson_text):
-    text = lesson_text.replace("#| label: sol-add", "#| label: ex-add")
+    text = lesson_text.replace("#| label: ref-add", "#| label: ex-add")
     expect_error(write(tmp_path, text), line_of(text, "solves: ex-add") - 3, "duplicate id 'ex-add'")
 
 
@@ -101,9 +101,9 @@ def test_bad_yaml_cell_options(tmp_path, lesson_text):
 
 
 def test_solution_outside_answer_block(tmp_path, lesson_text):
-    moved = "```{python}\n#| label: sol-add\n#| course_role: solution\n#| solves: ex-add\ndef add(a, b):\n    return a + b  # SECRET-SOLUTION-LINE\n```\n"
+    moved = "```{python}\n#| label: ref-add\n#| course_role: solution\n#| solves: ex-add\ndef add(a, b):\n    return a + b  # SECRET-SOLUTION-LINE\n```\n"
     text = lesson_text.replace(moved, "").replace("## 检查与通过标准", moved + "\n## 检查与通过标准")
-    expect_error(write(tmp_path, text), line_of(text, "#| label: sol-add") - 1, "must sit inside the answer block")
+    expect_error(write(tmp_path, text), line_of(text, "#| label: ref-add") - 1, "must sit inside the answer block")
 
 
 def test_exercise_must_not_be_evaluated(tmp_path, lesson_text):
@@ -113,7 +113,7 @@ def test_exercise_must_not_be_evaluated(tmp_path, lesson_text):
 
 def test_exercise_without_solution(tmp_path, lesson_text):
     text = lesson_text.replace("#| solves: ex-add", "#| solves: ex-other")
-    expect_error(write(tmp_path, text), line_of(text, "#| label: sol-add") - 1, "solves")
+    expect_error(write(tmp_path, text), line_of(text, "#| label: ref-add") - 1, "solves")
 
 
 def test_answer_block_needs_profile_guard(tmp_path, lesson_text):
@@ -228,3 +228,8 @@ def test_exercise_cannot_take_a_notebook_id(tmp_path, lesson_text):
 def test_prerequisites_name_earlier_lessons(tmp_path, lesson_text):
     text = lesson_text.replace("prerequisites: []", "prerequisites: [3, 12]")
     expect_error(write(tmp_path, text), line_of(text, "prerequisites:"), "lesson numbers before 9")
+
+
+def test_a_label_with_a_quarto_crossref_prefix_is_refused(tmp_path, lesson_text):
+    text = lesson_text.replace("#| label: ref-add", "#| label: sol-add")
+    expect_error(write(tmp_path, text), line_of(text, "#| label: sol-add") - 1, "cross-reference")
