@@ -1,13 +1,14 @@
-"""Rubric accuracy of lesson 4 on three answer sets, kept apart so that overfitting stays visible.
+"""Short-answer rubric accuracy per lesson, on answer sets kept apart so that overfitting stays visible.
 
-- tuning: the veto examples inside rubric.yml (also run as tests);
-- dev: bench/data/lesson04_dev*.jsonl, misconception paraphrases and full answers written to tune
-  the vetoes on;
-- held-out: bench/data/lesson04_heldout.jsonl, labelled answers written before the rubric existed
-  and never used for tuning. Only its aggregate figures are printed.
+- tuning: the veto examples inside each rubric.yml (also run as tests);
+- dev: ``bench/data/lessonNN_dev*.jsonl``, answers that may be used to tune the rubric;
+- held-out: ``bench/data/lessonNN_heldout.jsonl``, labelled answers written blind from the lesson page
+  by other writers, committed before tuning and never used for it. Only aggregate figures are printed.
 
-Prints veto precision and recall, and for the held-out set the share of answers scored exactly
-and within ±0.5 of the human label.
+Figures, as the short-answer issue defines them: veto precision and recall counted per answer (an
+answer counts as vetoed if any veto fires; labels give the misconceptions it asserts), the share of
+answers scored exactly and within ±0.5 of the human label, the mean bias (grader − label) on answers
+without a misconception and on answers with one, and the scoring cost per answer.
 
     .venv/bin/python bench/rubric_accuracy.py [--show-dev-errors]
 """
@@ -17,75 +18,100 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader.rubric import example_outcomes, load_rubric, score_answer  # noqa: E402
+from grader.course import load_course  # noqa: E402
+from grader.rubric import Rubric, example_outcomes, load_rubric, score_answer  # noqa: E402
+
+DATA = ROOT / "bench/data"
 
 
-def evaluate(rubric, answers: list[dict], verbose: bool = False) -> dict[str, float]:
-    tp = fp = fn = exact = near = 0
-    for a in answers:
-        res = score_answer(rubric, a["question"], a["text"])
-        got = {v.id for v, _ in res.vetoes}
-        want = set(a["vetoes"])
-        tp += len(got & want)
-        fp += len(got - want)
-        fn += len(want - got)
-        if "points" in a:
-            exact += res.points == a["points"]
-            near += abs(res.points - a["points"]) <= 0.5 + 1e-9
-        if verbose and (got != want or ("points" in a and abs(res.points - a["points"]) > 0.5)):
-            print(
-                f"  {a['id']} {a['question']} want={sorted(want)} got={sorted(got)} points {a.get('points')}/{res.points} "
-                f"found={[k.id for k, _ in res.found]} {a['text']}"
-            )
-    n = len(answers)
+@dataclass
+class Outcome:
+    fired: bool  # the grader vetoed the answer
+    wanted: bool  # the label says it asserts a misconception
+    diff: float | None  # grader points − label points, None when unlabelled
+    seconds: float
+
+
+def score(rubric: Rubric, a: dict, verbose: bool = False) -> Outcome:
+    started = time.perf_counter()
+    res = score_answer(rubric, a["question"], a["text"])
+    seconds = time.perf_counter() - started
+    out = Outcome(bool(res.vetoes), bool(a.get("vetoes")), res.points - a["points"] if "points" in a else None, seconds)
+    if verbose and (out.fired != out.wanted or (out.diff is not None and abs(out.diff) > 0.5)):
+        print(f"    {a['id']} {a['question']} veto want={out.wanted} got={[v.id for v, _ in res.vetoes]} "
+              f"points {a.get('points')}/{res.points}: {a['text'][:120]}")  # fmt: skip
+    return out
+
+
+def summarise(outcomes: list[Outcome]) -> dict[str, float]:
+    """Answer-level veto precision/recall, point agreement and bias, and milliseconds per answer."""
+    tp = sum(o.fired and o.wanted for o in outcomes)
+    fp = sum(o.fired and not o.wanted for o in outcomes)
+    fn = sum(o.wanted and not o.fired for o in outcomes)
+    diffs = [o.diff for o in outcomes if o.diff is not None]
+    ok = [o.diff for o in outcomes if o.diff is not None and not o.wanted]
+    bad = [o.diff for o in outcomes if o.diff is not None and o.wanted]
+    nan = float("nan")
     return {
-        "answers": n,
-        "veto_precision": tp / (tp + fp) if tp + fp else 1.0,
-        "veto_recall": tp / (tp + fn) if tp + fn else 1.0,
-        "exact": exact / n,
-        "within_0.5": near / n,
+        "answers": len(outcomes),
+        "precision": tp / (tp + fp) if tp + fp else 1.0,
+        "recall": tp / (tp + fn) if tp + fn else 1.0,
+        "exact": sum(abs(d) < 1e-9 for d in diffs) / len(diffs) if diffs else nan,
+        "near": sum(abs(d) <= 0.5 + 1e-9 for d in diffs) / len(diffs) if diffs else nan,
+        "bias_ok": sum(ok) / len(ok) if ok else nan,
+        "bias_bad": sum(bad) / len(bad) if bad else nan,
+        "ms": 1000 * sum(o.seconds for o in outcomes) / max(1, len(outcomes)),
     }
 
 
-def tuning_set(rubric) -> dict[str, float]:
+def tuning_set(rubric: Rubric) -> dict[str, float]:
     outcomes = example_outcomes(rubric)
     tp = sum(fired for _, kind, _, fired in outcomes if kind == "fire")
     fn = sum(not fired for _, kind, _, fired in outcomes if kind == "fire")
     fp = sum(fired for _, kind, _, fired in outcomes if kind == "keep")
-    return {"veto_precision": tp / (tp + fp) if tp + fp else 1.0, "veto_recall": tp / (tp + fn) if tp + fn else 1.0}
+    return {"precision": tp / (tp + fp) if tp + fp else 1.0, "recall": tp / (tp + fn) if tp + fn else 1.0}
+
+
+def _read(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _row(label: str, m: dict[str, float]) -> str:
+    return (f"  {label:<22} {m['answers']:5d}  {m['precision']:9.3f} {m['recall']:7.3f}  {m['exact']:6.3f} "
+            f"{m['near']:7.3f}  {m['bias_ok']:+8.2f} {m['bias_bad']:+9.2f}  {m['ms']:6.2f}")  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--show-dev-errors", action="store_true", help="list the dev answers whose vetoes are wrong")
+    parser.add_argument("--show-dev-errors", action="store_true", help="list the dev answers scored wrongly")
     args = parser.parse_args()
-    rubric = load_rubric(ROOT / "solutions/lesson04/rubric.yml", "solutions/lesson04/rubric.yml")
-    tuned = tuning_set(rubric)
-    dev_sets = sorted((ROOT / "bench/data").glob("lesson04_dev*.jsonl"))
-    dev = evaluate(rubric, [a for p in dev_sets for a in _read(p.name)], args.show_dev_errors)
-    labelled = evaluate(rubric, [a for p in dev_sets for a in _read(p.name) if "points" in a])
-    held = evaluate(rubric, _read("lesson04_heldout.jsonl"))
-    print("lesson04 rubric accuracy            precision  recall")
-    print(f"  tuning examples (rubric.yml)      {tuned['veto_precision']:.3f}      {tuned['veto_recall']:.3f}")
-    print(f"  dev set ({dev['answers']:3d} answers)          {dev['veto_precision']:.3f}      {dev['veto_recall']:.3f}")
-    print(
-        f"  held-out set ({held['answers']:3d} answers)     {held['veto_precision']:.3f}      {held['veto_recall']:.3f}"
-    )
-    print(
-        f"  dev points exact / within ±0.5    {labelled['exact']:.3f} / {labelled['within_0.5']:.3f}   ({labelled['answers']} labelled dev answers)"
-    )
-    print(f"  held-out points exact             {held['exact']:.3f}")
-    print(f"  held-out points within ±0.5       {held['within_0.5']:.3f}")
-
-
-def _read(name: str) -> list[dict]:
-    text = (ROOT / "bench/data" / name).read_text(encoding="utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    course = load_course(ROOT)
+    pooled: dict[str, list[Outcome]] = {"dev": [], "held-out": []}
+    print("set                    answers  precision  recall   exact  ±0.5   bias(ok) bias(veto)  ms/ans")
+    for slug in sorted(course.lessons):
+        rubric = load_rubric(course.solutions_dir(slug) / "rubric.yml", f"solutions/{slug}/rubric.yml")
+        tuned = tuning_set(rubric)
+        print(f"{slug}: tuning examples precision {tuned['precision']:.3f} recall {tuned['recall']:.3f}")
+        dev = [a for p in sorted(DATA.glob(f"{slug}_dev*.jsonl")) for a in _read(p)]
+        held_path = DATA / f"{slug}_heldout.jsonl"
+        held = _read(held_path) if held_path.is_file() else []
+        for name, answers, verbose in (("dev", dev, args.show_dev_errors), ("held-out", held, False)):
+            if answers:
+                outcomes = [score(rubric, a, verbose) for a in answers]
+                print(_row(f"{slug} {name}", summarise(outcomes)))
+                pooled[name] += outcomes
+            else:
+                print(f"  {slug} {name:<15} (no answer set yet)")
+    for name, outcomes in pooled.items():
+        if outcomes:
+            print(_row(f"all lessons {name}", summarise(outcomes)))
 
 
 if __name__ == "__main__":
