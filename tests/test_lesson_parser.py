@@ -133,22 +133,22 @@ def test_missing_section(tmp_path, lesson_text):
 
 
 def test_solutions_folder_without_lesson(scratch_course):
-    (scratch_course / "solutions" / "lesson11").mkdir()
+    (scratch_course / "solutions" / "lesson17").mkdir()
     with pytest.raises(SourceError) as info:
         load_course(scratch_course)
-    assert str(info.value).startswith("solutions/lesson11: ")
-    assert "no matching lesson" in str(info.value) and "lessons/lesson11.qmd" in str(info.value)
+    assert str(info.value).startswith("solutions/lesson17: ")
+    assert "no matching lesson" in str(info.value) and "lessons/lesson17.qmd" in str(info.value)
 
 
 def test_release_entry_for_unknown_lesson(scratch_course):
     config = scratch_course / "_quarto.yml"
     config.write_text(
-        config.read_text(encoding="utf-8").replace("lesson04: hidden", "lesson04: hidden\n    lesson10: released"),
+        config.read_text(encoding="utf-8").replace("lesson04: hidden", "lesson04: hidden\n    lesson16: released"),
         encoding="utf-8",
     )
     with pytest.raises(SourceError) as info:
         load_course(scratch_course)
-    assert str(info.value).startswith(f"_quarto.yml:{line_of(config.read_text(encoding='utf-8'), 'lesson10:')}: ")
+    assert str(info.value).startswith(f"_quarto.yml:{line_of(config.read_text(encoding='utf-8'), 'lesson16:')}: ")
 
 
 def test_bad_release_state(scratch_course):
