@@ -129,7 +129,7 @@ def test_cell_structure_problems_are_reported_per_item(course, grader):
         (b'{"cells": [], "nbformat": 3}', "不是 nbformat 4"),
         (
             json.dumps(
-                {"cells": [], "metadata": {"course": {"lesson": "lesson09"}}, "nbformat": 4, "nbformat_minor": 5}
+                {"cells": [], "metadata": {"course": {"lesson": "lesson99"}}, "nbformat": 4, "nbformat_minor": 5}
             ).encode(),
             "没有可识别的课次",
         ),
