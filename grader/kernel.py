@@ -32,7 +32,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
 from .course import Limits
-from .sandbox import next_uid, sandbox_prefix
+from .sandbox import UidLease, sandbox_prefix
 from .text import clean
 
 RESULT_LIMIT = 1_000_000  # characters of JSON a single call may return
@@ -299,7 +299,8 @@ class KernelSession:
             ip=str(self.ipc_dir / "k"),
             connection_file=str(self.ipc_dir / "kernel.json"),
         )
-        self.km.prefix = sandbox_prefix(self.ipc_dir, limits, next_uid()) if sandbox else []
+        self.lease = UidLease.acquire() if sandbox else None
+        self.km.prefix = sandbox_prefix(self.ipc_dir, limits, self.lease.uid) if self.lease else []
         self.client: _CappedClient | None = None
         self._timer: threading.Timer | None = None
         self.killed_by_timer = False
@@ -451,6 +452,8 @@ class KernelSession:
             except Exception:  # noqa: BLE001
                 pass
             shutil.rmtree(self.ipc_dir, ignore_errors=True)
+            if self.lease is not None:  # the sandbox is gone, so its uid is free again
+                self.lease.release()
 
 
 def _expression_json(reply: dict[str, Any] | None) -> Any:

@@ -9,12 +9,16 @@ See docs/security.md for the threat model.
 
 from __future__ import annotations
 
+import fcntl
 import itertools
+import os
 import shutil
 import sys
 import sysconfig
+import tempfile
 import threading
 from pathlib import Path
+from typing import IO
 
 from .course import Limits
 from .errors import CourseError
@@ -25,16 +29,45 @@ INSTALL_HINT = (
     "or pass --no-sandbox when grading code you trust."
 )
 
-# Each live kernel gets its own uid, so that an rlimit on processes in one kernel
-# (which Linux counts per uid) cannot starve another kernel of threads.
+# Each live kernel gets a uid of its own, so that an rlimit on processes in one kernel (which Linux
+# counts per uid) cannot starve another kernel of threads. A uid is leased with a lock file, so that
+# two grader processes on one machine (a CLI batch and a service worker, say) never share one.
 _UID_BASE = 61000
+_UID_COUNT = 2000
+_LOCK_DIR = Path(tempfile.gettempdir()) / "course-kernel-uids"
 _uid_counter = itertools.count()
 _uid_lock = threading.Lock()
 
 
-def next_uid() -> int:
-    with _uid_lock:
-        return _UID_BASE + next(_uid_counter) % 2000
+class UidLease:
+    """An exclusive claim on one sandbox uid, held until ``release`` (or the process ends)."""
+
+    def __init__(self, uid: int, handle: IO[bytes]) -> None:
+        self.uid = uid
+        self._handle: IO[bytes] | None = handle
+
+    @classmethod
+    def acquire(cls) -> UidLease:
+        if not _LOCK_DIR.is_dir():
+            _LOCK_DIR.mkdir(exist_ok=True)
+            os.chmod(_LOCK_DIR, 0o1777)  # shared by every grader on the machine, whoever runs it
+        with _uid_lock:
+            start = next(_uid_counter) + os.getpid()
+        for offset in range(_UID_COUNT):
+            uid = _UID_BASE + (start + offset) % _UID_COUNT
+            handle = open(_LOCK_DIR / str(uid), "ab")  # noqa: SIM115 - held for the kernel's lifetime
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.close()
+                continue
+            return cls(uid, handle)
+        raise CourseError(f"all {_UID_COUNT} sandbox uids from {_UID_BASE} are in use; grade fewer at once")
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.close()  # closing the file drops the lock
+            self._handle = None
 
 
 def _runtime_paths() -> list[Path]:
@@ -139,11 +172,14 @@ def check_available() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
+        lease = UidLease.acquire()
         try:
-            cmd = sandbox_prefix(Path(tmp), Limits(), next_uid()) + [sys.executable, "-c", "pass"]
+            cmd = sandbox_prefix(Path(tmp), Limits(), lease.uid) + [sys.executable, "-c", "pass"]
             proc = subprocess.run(cmd, capture_output=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             raise CourseError(INSTALL_HINT) from None
+        finally:
+            lease.release()
         if proc.returncode != 0:
             detail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
             raise CourseError(f"{INSTALL_HINT} (bwrap said: {detail[0]})")
