@@ -561,6 +561,7 @@ def _positions(text: str) -> Any:
 _KEY_POINT_TEXT = {
     "says": "the key point in one sentence, shown to the student once the answers are released",
     "hint": "a Chinese hint shown before release that points the way without giving the answer",
+    "explain": "the explanation shown to the student whose answer the veto fails",
 }
 
 
@@ -618,15 +619,16 @@ def load_rubric(path: Path, display: str) -> Rubric:
         questions = raw.get("questions", list(QUESTION_IDS))
         if not isinstance(questions, list) or not set(questions) <= set(QUESTION_IDS):
             raise ld.fail(where, f"veto {vid}: 'questions' must list some of q1, q2, q3")
-        if not isinstance(raw.get("explain"), str):
-            raise ld.fail(where, f"veto {vid}: needs 'explain:', the explanation shown to the student")
+        if not isinstance(raw.get("says"), str) or not raw["says"].strip():
+            raise ld.fail(where, f"veto {vid}: needs 'says:', the misconception in one sentence (shown to the student)")
+        explain = _required_text(raw, "explain", f"veto {vid}", display, ld.line(where))
         examples = raw.get("examples") or {}
         vetoes.append(
             Veto(
                 vid,
                 tuple(questions),
-                str(raw.get("says", vid)),
-                raw["explain"],
+                raw["says"].strip(),
+                explain,
                 ld.patterns(raw, where),
                 [ld.regex(u, where) for u in raw.get("unless", [])],
                 [ld.regex(u, where) for u in raw.get("unless_clause", [])],

@@ -170,3 +170,20 @@ def test_hints_do_not_give_the_key_points_away(slug):
 def test_a_plain_answer_has_no_notes():
     res = score_answer(RUBRICS["lesson04"], "q2", "梯度求和满足结合律，所以结果相同。")
     assert res.notes == [] and res.as_dict()["notes"] == []
+
+
+@pytest.mark.parametrize("drop", ["says", "explain"])
+def test_a_veto_without_its_student_facing_text_is_an_error(tmp_path, drop):
+    from grader.course import load_course
+
+    course = load_course(REPO)
+    source = (course.solutions_dir("lesson04") / "rubric.yml").read_text(encoding="utf-8")
+    lines = source.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip() == "- id: dp-cuts-memory")
+    cut = next(i for i in range(at, len(lines)) if lines[i].strip().startswith(f"{drop}:"))
+    del lines[cut]
+    path = tmp_path / "rubric.yml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(SourceError) as info:
+        load_rubric(path, "solutions/lesson04/rubric.yml")
+    assert info.value.line == at + 1 and f"needs '{drop}:'" in str(info.value)
