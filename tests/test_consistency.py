@@ -104,11 +104,13 @@ RUBRIC = """questions:
 {questions}
 vetoes:
   - id: shards-activations
+    says: 认为 ZeRO 会切分激活
     explain: 测试用的否决项。
     any:
       - head: ['切分']
         with: ['激活']
   - id: other
+    says: 另一个误解
     explain: 另一个测试用的否决项。
     any:
       - head: ['永远不会出现的词']
