@@ -9,6 +9,7 @@ form n(n+1)/2 for the total causal work.
 import numpy as np
 
 from grader.checks import check, close, ndarray
+from grader.kernel import plain_data
 
 TOL = dict(rel=1e-9, abs_tol=1e-9)
 SCHEMES = ("contiguous", "zigzag")
@@ -100,7 +101,7 @@ def work_edge_cases(student, rng, ref):
 
 @check(points=0.5)
 def online_single_update(student, rng, ref):
-    """online_softmax_update：已有运行量时并入一块（新块的最大分数更大或更小）后 m、l、o 正确"""
+    """online_softmax_update：并入一块（新块的最大分数更大或更小）后 m、l、o 正确；还没见过可见键的行遇到整行被掩掉的块时保持 -inf、0、0，不出现 NaN"""
     for bump in (2.0, -2.0):
         nq, nk, dv = rng.randint(1, 6), rng.randint(1, 7), rng.randint(1, 4)
         m = np.array([rng.uniform(-1.0, 1.0) for _ in range(nq)])
@@ -112,7 +113,14 @@ def online_single_update(student, rng, ref):
         exp = [x.tolist() for x in ref.online_softmax_update(m, lsum, o, s, v)]
         if not close(got, exp, **TOL):
             return False
-    return True
+    # Fresh rows (m = -inf, l = 0, o = 0) meeting a block in which some rows are wholly masked: those
+    # rows must come back as -inf, 0, 0 (plain data carries -inf as the string '-inf'), never NaN.
+    nq, nk, dv = rng.randint(2, 6), rng.randint(1, 7), rng.randint(1, 4)
+    m, lsum, o = np.full(nq, -np.inf), np.zeros(nq), np.zeros((nq, dv))
+    s, v = _mat(rng, nq, nk, 2.0), _mat(rng, nk, dv)
+    s[rng.sample(range(nq), rng.randint(1, nq - 1))] = -np.inf
+    got = student.call("online_softmax_update", _arr(m), _arr(lsum), _arr(o), _arr(s), _arr(v))
+    return close(got, plain_data(ref.online_softmax_update(m, lsum, o, s, v)), **TOL)
 
 
 @check(points=0.5)
