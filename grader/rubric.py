@@ -894,6 +894,25 @@ def veto_firings(rubric: Rubric, question: str, text: str) -> list[tuple[Veto, i
     return out
 
 
+def hint_leaks(rubric: Rubric) -> list[str]:
+    """Hints that give a key point away. A hint is shown before the answers are released, so it may hold
+    no digit (numbers are answers), must be Chinese, and may not quote any key point or its numbers."""
+    key_points = [kp for kps in rubric.key_points.values() for kp in kps]
+    problems = []
+    for kp in key_points:
+        if re.search(r"\d", kp.hint):
+            problems.append(f"{rubric.path}: hint of key point {kp.id} contains a digit: {kp.hint}")
+        if not re.search(r"[\u4e00-\u9fff]", kp.hint):
+            problems.append(f"{rubric.path}: hint of key point {kp.id} is not in Chinese: {kp.hint}")
+        for other in key_points:
+            numbers = [t for t in re.findall(r"[^\s，。；：、（）()\u4e00-\u9fff]+", other.says) if re.search(r"\d", t)]
+            quoted = [t for t in numbers if t.lower() in kp.hint.lower()]
+            if other.says in kp.hint:
+                quoted.append(other.says)
+            problems += [f"{rubric.path}: hint of key point {kp.id} gives away {other.id}: {t}" for t in quoted]
+    return problems
+
+
 def example_outcomes(rubric: Rubric) -> list[tuple[Veto, str, str, bool]]:
     """Run every veto example: (veto, "fire" or "keep", text, whether the veto fired)."""
     out = []

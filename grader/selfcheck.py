@@ -14,7 +14,7 @@ from .course import Course
 from .grade import Grader
 from .lesson import QUESTION_IDS
 from .notebook import build_notebook, dumps
-from .rubric import example_outcomes, score_answer
+from .rubric import example_outcomes, hint_leaks, score_answer
 
 
 def check_lesson(grader: Grader, slug: str) -> tuple[list[str], float]:
@@ -57,6 +57,7 @@ def check_lesson(grader: Grader, slug: str) -> tuple[list[str], float]:
         problems.append(f"only {len(kit.checks)} hidden tests (at least 6)")
     # No veto may fail what the lesson itself teaches (see docs/rubric.md, prose_exceptions).
     problems += self_contradictions(kit.rubric, kit.lesson)
+    problems += hint_leaks(kit.rubric)
     return problems, elapsed
 
 

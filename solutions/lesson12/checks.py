@@ -191,7 +191,7 @@ def round_small_values(student, rng, ref):
 
 @check(points=0.25)
 def round_overflow(student, rng, ref):
-    """round_to_format：超过最大有限值时 E4M3 饱和、其他格式溢出为 inf，恰好等于最大值时不变"""
+    """round_to_format：舍入后超过最大有限值时 E4M3 饱和、其他格式溢出为 inf，恰好等于最大值时不变"""
     for fmt in rng.sample(list(FORMATS), len(FORMATS)):
         top = MAX_FINITE[fmt]
         values = [top, -top]
