@@ -15,36 +15,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader.checks import reference_namespace, run_checks  # noqa: E402
+from grader.checks import ReferenceStudent, reference_namespace, run_checks  # noqa: E402
 from grader.course import load_course  # noqa: E402
 from grader.grade import Grader  # noqa: E402
-from grader.kernel import StudentCallError  # noqa: E402
 from grader.notebook import build_notebook, dumps  # noqa: E402
 
 
 class InProcess:
-    """Stands in for the kernel: calls the reference solution directly, with the same JSON round trip."""
+    """Stands in for the kernel session: the reference solution behind the grader's own
+    ``ReferenceStudent``, which converts data and reports exceptions exactly as the kernel does."""
 
     def __init__(self, namespace) -> None:
-        self.namespace = namespace
+        self.student = ReferenceStudent(namespace)
 
     def call(self, function, args, kwargs):
-        import json
-
-        import numpy as np
-
-        def decode(x):
-            if isinstance(x, dict) and set(x) == {"__ndarray__", "dtype"}:
-                return np.array(x["__ndarray__"], dtype=x["dtype"])
-            if isinstance(x, list):
-                return [decode(v) for v in x]
-            return x
-
-        try:
-            value = getattr(self.namespace, function)(*decode(json.loads(json.dumps(args))), **kwargs)
-        except Exception as exc:  # the kernel reports a student's exception by type name
-            raise StudentCallError("error", function, type(exc).__name__) from None
-        return json.loads(json.dumps(value, default=lambda o: o.tolist()))
+        return self.student.call(function, *args, **kwargs)
 
 
 def main() -> None:
