@@ -130,7 +130,8 @@ class Grader:
         suppressed: list[dict[str, Any]] = []
         released = self.course.released(lesson.slug)
         for qid in QUESTION_IDS:
-            item, res = _answer_item(kit.rubric, qid, sub.answers.get(qid, ""), sub.notes.get(qid, []), released)
+            answer, notes = sub.answers.get(qid, ""), sub.notes.get(qid, [])
+            item, res = _answer_item(kit.rubric, qid, answer, notes, released, lesson.question_text(qid))
             items.append(item)
             if res is None:
                 continue
@@ -166,12 +167,12 @@ class Grader:
 
 
 def _answer_item(
-    rubric: Rubric, qid: str, text: str, notes: list[str], released: bool
+    rubric: Rubric, qid: str, text: str, notes: list[str], released: bool, question_text: str
 ) -> tuple[dict[str, Any], AnswerResult | None]:
     """Score one short answer. A missed key point shows its hint until the lesson's answers are released,
     and the key point itself after: before release, feedback must not hand out the answer key."""
     messages = list(notes)
-    res = score_answer(rubric, qid, text) if text.strip() else None
+    res = score_answer(rubric, qid, text, question_text=question_text) if text.strip() else None
     if res is None:
         messages.append("没有作答。")
         missing = rubric.key_points[qid]

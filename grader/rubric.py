@@ -7,7 +7,9 @@ the same sentence. Negation is read off the head alone, by the parity of cue wor
 window before it (cut at clause boundaries and contrast words) plus post-verbal negators (解决不了).
 A sentence that is a question, a reported belief, a refuted claim or a hedge is not the student's
 own assertion: it earns no key point that needs an assertion, and it never fires a veto. Every veto
-match that is suppressed is recorded with why.
+match that is suppressed is recorded with why. Only visible prose is read (HTML comments, hidden
+elements and link targets are dropped), and a key point needs a sentence that states something: a
+bare list of terms, or a sentence copied from the question, earns none (docs/rubric.md).
 
 Student text is hostile: it is only ever matched against regular expressions, never executed; it
 is cut at ``MAX_ANSWER_CHARS`` and every pass over it is bounded (matches per sentence, regions per
@@ -48,6 +50,33 @@ MAX_REGIONS = 16  # reported/refuted spans kept per sentence
 # --- student-facing notes (Chinese) ------------------------------------------------------------
 NOTE_TRUNCATED = "答案超过 {limit} 个字符，只评阅了前 {limit} 个字符，后面的内容没有计分。"
 NOTE_NO_CHINESE = "本题按中文作答评阅：答案中没有找到中文内容，请用中文回答。"
+NOTE_LIST = "有的句子只罗列了术语，没有说明它们之间的关系，这样的句子不计分：请用完整的句子写出你的理由。"
+NOTE_COPIED = "有的句子基本是照抄题目，照抄题目的句子不计分：请用自己的话回答。"
+
+# --- statements, not keyword lists -----------------------------------------------------------
+# A key point is earned only by a sentence that reads as a statement. A sentence is a keyword
+# list when none of these glue its terms together: a function or predicate character outside the
+# rubric's terms, an English function word, a relation sign, or two terms written as one phrase
+# (no separator between them, as in 切优化器状态). See ``_bare_terms``.
+FUNCTION_CHARS = frozenset(
+    "是会能要把被让的了在因所需可就都也还再才又将对为从由到给向于以而并且则使得着过有没不无非比与和及或即"
+    "等各每只仅很更最越太这那其它之该应当若如够却但用做令致靠随占"
+    "先共计走切分存放算传发收省降增减加乘除跑取换拆拼留花读写变成含超达涨掉快慢"  # predicates of this course
+)
+_EN_FUNCTION = re.compile(
+    r"(?<![a-z])(?:is|are|was|were|be|because|so|the|an?|of|to|in|must|can|will|only|than|when|after|before"
+    r"|and|or|with|by|for|on|not|no|it|this|that|each|per)(?![a-z])"
+)
+_RELATION = re.compile(r"[=≈<>≤≥≠→⇒∝]|(?<![a-z])vs(?![a-z])")  # states a value or compares
+_LIST_SEPARATORS = frozenset("+|&*#~^`·•")
+# A term with a gap of any characters (zero-1[^。]{0,30}优化器) spans a whole clause: it relates
+# words rather than naming one, so it does not count as a term when a keyword list is recognised.
+_GAP = re.compile(r"\[\^[^\]]*\][*+{]|\.[*+{]")
+# --- copied question text --------------------------------------------------------------------
+# A sentence copied from the question earns nothing: one whose Chinese characters are, for at least
+# COPY_SHARE, inside runs of at least COPY_RUN letters/digits that also occur in the question.
+COPY_RUN = 6
+COPY_SHARE = 0.6
 
 # --- cue lists -------------------------------------------------------------------------------
 _NEG_CUES = [
@@ -158,6 +187,33 @@ _LINE_BREAKS = frozenset("\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")  # read as a line
 _HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]")
 
 
+# Markup that a rendered notebook does not show as prose (see ``_markup``). Tags follow
+# CommonMark's raw-HTML syntax, so that "x<y 而 z>w" stays text, as it does when rendered.
+_ATTRS = r"""(?:\s+[a-z_:][\w.:-]*(?:\s*=\s*(?:[^\s"'=<>`]+|'[^']*'|"[^"]*"))?)*\s*"""
+_MARKUP = re.compile(
+    rf"(?P<comment><!--.*?(?:-->|\Z))"
+    rf"|<(?P<tag>[a-z][a-z0-9-]*)(?P<attrs>{_ATTRS})/?>"
+    r"|</(?P<close>[a-z][a-z0-9-]*)\s*>"
+    r"|(?P<image>!\[[^\[\]\n]*\](?:\([^()\n]*\)|\[[^\[\]\n]*\]))"
+    r"|(?P<link>\[[^\[\]\n]*\](?P<target>\([^()\n]*\)|\[[^\[\]\n]*\]))"
+    r"|(?P<refdef>^ {0,3}\[[^\[\]\n]+\]:[^\n]*$)",
+    re.IGNORECASE | re.DOTALL | re.MULTILINE,
+)
+_TAG = re.compile(rf"<(/?)([a-z][a-z0-9-]*)(?:{_ATTRS})/?>", re.IGNORECASE)
+_HIDDEN_TAGS = frozenset(
+    {"script", "style", "template", "noscript", "iframe", "object", "svg", "math", "head", "title"}
+)
+_HIDDEN_ATTR = re.compile(
+    r"(?<![\w-])hidden(?![\w-])|display\s*:\s*none|visibility\s*:\s*hidden|"
+    r"(?<![\w-])(?:font-size|opacity|width|height|max-height|max-width)\s*:\s*0(?![.\d]*[1-9])",
+    re.IGNORECASE,
+)
+_VOID_TAGS = frozenset({"br", "hr", "img", "input", "meta", "link", "wbr", "area", "base", "col", "embed", "source"})
+_BLOCK_TAGS = frozenset(
+    "br p div li ul ol tr td th table h1 h2 h3 h4 h5 h6 hr blockquote pre section details summary".split()
+)
+
+
 # --- text --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Sentence:
@@ -197,17 +253,66 @@ def _simplified(text: str) -> str:
     return "".join(out)
 
 
+def _markup(text: str) -> dict[int, tuple[int, str]]:
+    """Markup that is not visible prose: start -> (end, what to put in its place).
+
+    A rendered notebook shows neither HTML comments, nor hidden elements (``hidden``,
+    ``display:none``, ``<script>``...), nor tags, link targets or image alt text: words there
+    are not the student's visible answer and must not earn points. Block tags become a line
+    break (they end a sentence when rendered); the rest becomes nothing. Spans never overlap;
+    an unclosed comment or hidden element hides the rest of the text. Linear: the text after a
+    hidden element's start is scanned once, to find its end, and then skipped.
+    """
+    spans: dict[int, tuple[int, str]] = {}
+    pos = 0
+    for m in _MARKUP.finditer(text):
+        if m.start() < pos:
+            continue
+        start, end = m.start(), m.end()
+        name = (m.group("tag") or m.group("close") or "").lower()
+        if m.group("link") is not None:  # keep the link's text, drop '[' and '](target)'
+            spans[start] = (start + 1, "")
+            start = m.start("target") - 1
+        elif m.group("tag") and (name in _HIDDEN_TAGS or _HIDDEN_ATTR.search(m.group("attrs"))):
+            if not m.group(0).endswith("/>") and name not in _VOID_TAGS:
+                end = _element_end(text, name, end)
+        spans[start] = (end, "\n" if name in _BLOCK_TAGS else "")
+        pos = end
+    return spans
+
+
+def _element_end(text: str, name: str, pos: int) -> int:
+    """Where the element ``name`` opened just before ``pos`` ends: after its matching close tag."""
+    depth = 1
+    for t in _TAG.finditer(text, pos):
+        if t.group(2).lower() == name and not t.group(0).endswith("/>"):
+            depth += -1 if t.group(1) else 1
+            if depth == 0:
+                return t.end()
+    return len(text)
+
+
 def normalise_mapped(text: str) -> tuple[str, tuple[int, ...]]:
     """The text the rubric matches, and for each of its characters the index it came from.
 
-    Per character: zero-width characters and soft hyphens are dropped (they would split a term),
-    other line-separating controls become a newline, remaining control characters are dropped,
-    lone surrogates become U+FFFD, the rest is NFKC-folded (full-width forms) and lower-cased,
-    which may give several characters. Then Traditional becomes Simplified, length-preserving.
+    Markup that is not visible prose is dropped first (``_markup``). Per character: zero-width
+    characters and soft hyphens are dropped (they would split a term), other line-separating
+    controls become a newline, remaining control characters are dropped, lone surrogates become
+    U+FFFD, the rest is NFKC-folded (full-width forms) and lower-cased, which may give several
+    characters. Then Traditional becomes Simplified, length-preserving.
     """
     chars: list[str] = []
     origin: list[int] = []
+    hidden = _markup(text) if "<" in text or "[" in text else {}
+    skip_to = 0
     for i, ch in enumerate(text):
+        if i < skip_to:
+            continue
+        if i in hidden:
+            skip_to, put = hidden[i]
+            chars.extend(put)
+            origin.extend([i] * len(put))
+            continue
         if ch in _INVISIBLE:
             continue
         if ch in _LINE_BREAKS:
@@ -415,6 +520,7 @@ class Rubric:
     key_points: dict[str, list[KeyPoint]]
     vetoes: list[Veto]
     prose_exceptions: list[ProseException] = field(default_factory=list)
+    terms: tuple[re.Pattern[str], ...] = ()  # every term the rubric knows: what a keyword list is made of
 
     def vetoes_for(self, question: str) -> list[Veto]:
         return [v for v in self.vetoes if question in v.questions]
@@ -637,7 +743,16 @@ def load_rubric(path: Path, display: str) -> Rubric:
             )
         )
     exceptions = _prose_exceptions(data.get("prose_exceptions"), {v.id for v in vetoes}, ld)
-    return Rubric(display, key_points, vetoes, exceptions)
+    return Rubric(display, key_points, vetoes, exceptions, _terms(ld, key_points, vetoes))
+
+
+def _terms(ld: _Loader, key_points: dict[str, list[KeyPoint]], vetoes: list[Veto]) -> tuple[re.Pattern[str], ...]:
+    """Every distinct term of the rubric (lexicon entries, heads and groups), to recognise keyword lists."""
+    patterns = [p for kps in key_points.values() for kp in kps for p in kp.patterns]
+    patterns += [p for v in vetoes for p in v.patterns]
+    found = {ld.regex(f"@{name}", "lexicon:") for name in ld.lexicon}
+    found |= {rx for p in patterns for rx in (p.head, *p.groups) if rx is not None}
+    return tuple(sorted((rx for rx in found if not _GAP.search(rx.pattern)), key=lambda rx: rx.pattern))
 
 
 def _prose_exceptions(raw: Any, veto_ids: set[str], ld: _Loader) -> list[ProseException]:
@@ -675,11 +790,64 @@ class _Answer:
 
     Patterns share lexicon terms and are tried sentence by sentence; caching the matches keeps
     every pass linear in the text, and ``MAX_HITS`` bounds what one sentence can hold.
+    ``barred(i)`` says whether sentence i may earn no key point and why (a keyword list, copied
+    from the question); it is decided only for sentences where a key point matches, and once.
+    Vetoes read every sentence. ``skipped`` collects why matches were passed over.
     """
 
-    def __init__(self, sentences: list[Sentence]) -> None:
+    def __init__(
+        self,
+        sentences: list[Sentence],
+        terms: tuple[re.Pattern[str], ...] = (),
+        grams: frozenset[str] = frozenset(),
+    ) -> None:
         self.sentences = sentences
         self._hits: dict[tuple[int, re.Pattern[str]], list[Span]] = {}
+        self._terms = terms
+        self._grams = grams
+        self._barred: dict[int, str | None] = {}
+        self._bare: dict[int, int | None] = {}
+        self.skipped: set[str] = set()
+
+    def barred(self, i: int) -> str | None:
+        """Why sentence i earns no key point: "copied" (from the question), "list" (of terms), or None."""
+        if i not in self._barred:
+            text = self.sentences[i].text
+            why = None
+            if self._grams and _copied(text, self._grams):
+                why = "copied"
+            elif self._terms and self._listed(i):
+                why = "list"
+            self._barred[i] = why
+        return self._barred[i]
+
+    def _listed(self, i: int) -> bool:
+        """Is sentence i an item of a keyword list: bare terms, two or more, or one next to another bare line?
+
+        A lone bare term after a statement is a short answer (所以正确。8 倍。); one term per line,
+        line after line, is a list written vertically.
+        """
+        terms = self.bare(i)
+        if terms is None:
+            return False
+        return terms >= 2 or (
+            terms == 1 and any((self.bare(j) or 0) >= 1 for j in (i - 1, i + 1) if 0 <= j < len(self.sentences))
+        )
+
+    def bare(self, i: int) -> int | None:
+        """How many terms sentence i lists with nothing relating them, or None if it reads as a statement."""
+        if i not in self._bare:
+            spans = [sp for rx in self._terms for sp in self.hits(i, rx)]
+            self._bare[i] = _bare_terms(self.sentences[i].text, spans)
+        return self._bare[i]
+
+    def passes(self, i: int, lists_allowed: bool = False) -> bool:
+        """May sentence i earn a key point? If not, remember why (for the student's note)."""
+        why = self.barred(i)
+        if why is None or (lists_allowed and why == "list"):
+            return True
+        self.skipped.add(why)
+        return False
 
     def hits(self, i: int, rx: re.Pattern[str]) -> list[Span]:
         """Non-overlapping matches of ``rx`` in sentence i, in order (so their ends ascend too)."""
@@ -752,13 +920,19 @@ def _match(p: Pattern, answer: _Answer, i: int, allowed: tuple[str, ...]) -> tup
 
 
 def _count(p: Pattern, answer: _Answer, allowed: tuple[str, ...]) -> Evidence | None:
+    """Count the pattern's groups named anywhere in the answer (``at_least``).
+
+    Naming several things may be done in a list (- ZeRO - TP - PP), so a list sentence counts
+    unless a group relates words (a gap between them, zero-1[^。]{0,30}优化器): that needs a statement.
+    """
+    relational = any(_GAP.search(g.pattern) for g in p.groups)
     hits: dict[int, Sentence] = {}
     for gi, g in enumerate(p.groups):
         for s in answer.sentences:
             if any(
                 not negated(s.text, a, b) and _status_at(s, a) in allowed
                 for a, b in answer.hits(s.index, g)[:MAX_HEADS]
-            ):
+            ) and answer.passes(s.index, lists_allowed=not relational):
                 hits[gi] = s
                 break
     if len(hits) < p.at_least:
@@ -772,6 +946,7 @@ VETO_STATUSES = ("asserted",)
 
 
 def _find(patterns: list[Pattern], answer: _Answer, allowed: tuple[str, ...]) -> tuple[Evidence | None, str | None]:
+    """The first match of any pattern in a sentence that may earn key points (see ``_Answer.barred``)."""
     why: str | None = None
     for p in patterns:
         if p.at_least:
@@ -781,7 +956,7 @@ def _find(patterns: list[Pattern], answer: _Answer, allowed: tuple[str, ...]) ->
             continue
         for s in answer.sentences:
             head, reason = _match(p, answer, s.index, allowed)
-            if head:
+            if head and answer.passes(s.index):
                 return _evidence(s, *head), None
             if reason and why is None:
                 why = f"{reason}: {s.original}"
@@ -795,27 +970,35 @@ def find(
     return _find(patterns, _Answer(sentences), allowed)
 
 
-def score_answer(rubric: Rubric, question: str, text: str) -> AnswerResult:
+def score_answer(rubric: Rubric, question: str, text: str, question_text: str | None = None) -> AnswerResult:
     """Score one answer: key points found (with evidence), missing ones, vetoes fired and suppressed.
 
     Any ``str`` is accepted. Text past ``MAX_ANSWER_CHARS`` is not read, and ``notes`` tells the
-    student so; an answer without any Chinese gets a note that the rubric reads Chinese.
+    student so; an answer without any Chinese gets a note that the rubric reads Chinese. Only
+    statements earn key points: a sentence that merely lists terms does not, nor (when
+    ``question_text`` is given) one copied from the question; a note says so when that cost a
+    key point. Vetoes read every sentence.
     """
     notes: list[str] = []
     if len(text) > MAX_ANSWER_CHARS:
         text = text[:MAX_ANSWER_CHARS]
         notes.append(NOTE_TRUNCATED.format(limit=MAX_ANSWER_CHARS))
-    answer = _Answer(split_sentences(text))
+    grams = _grams(question_text) if question_text else frozenset()
+    answer = _Answer(split_sentences(text), rubric.terms, grams)
     if not any(_HAN.search(s.text) for s in answer.sentences):
         notes.append(NOTE_NO_CHINESE)
     found: list[tuple[KeyPoint, Evidence]] = []
     missing: list[KeyPoint] = []
+    lost: set[str] = set()  # why a barred sentence cost a key point
     for kp in rubric.key_points[question]:
+        answer.skipped.clear()
         ev, _ = _find(kp.patterns, answer, KEY_POINT_STATUSES)
         if ev:
             found.append((kp, ev))
         else:
             missing.append(kp)
+            lost |= answer.skipped
+    notes += [note for why, note in (("list", NOTE_LIST), ("copied", NOTE_COPIED)) if why in lost]
     fired: list[tuple[Veto, Evidence]] = []
     suppressed: list[tuple[Veto, Evidence, str]] = []
     for veto in rubric.vetoes_for(question):
@@ -829,6 +1012,69 @@ def score_answer(rubric: Rubric, question: str, text: str) -> AnswerResult:
             suppressed.append((veto, ev, reason))
     points = min(QUESTION_POINTS, round(sum(k.points for k, _ in found), 2))
     return AnswerResult(question, points, float(QUESTION_POINTS), found, missing, fired, suppressed, notes)
+
+
+def _letters(text: str) -> str:
+    """Letters and digits only: copying is judged regardless of punctuation and spacing."""
+    return "".join(ch for ch in text if unicodedata.category(ch)[0] in "LN")
+
+
+def _grams(question_text: str) -> frozenset[str]:
+    """Every run of ``COPY_RUN`` letters of the question (normalised as answers are)."""
+    letters = _letters(normalise(question_text[: 4 * MAX_ANSWER_CHARS]))
+    return frozenset(letters[i : i + COPY_RUN] for i in range(len(letters) - COPY_RUN + 1))
+
+
+def _copied(text: str, grams: frozenset[str]) -> bool:
+    """Are at least ``COPY_SHARE`` of the sentence's Chinese characters inside runs copied from the question?
+
+    A run is any stretch of ``COPY_RUN`` or more letters/digits that also occurs in the question;
+    every character of it is covered. The share is taken over Chinese characters only: technical
+    terms (micro-batch, all-reduce, no_sync) are long, and an answer has to repeat them. Linear.
+    """
+    letters = _letters(text)
+    han = [bool(_HAN.match(ch)) for ch in letters]
+    if sum(han) < COPY_RUN:
+        return False
+    covered = bytearray(len(letters))
+    for i in range(len(letters) - COPY_RUN + 1):
+        if letters[i : i + COPY_RUN] in grams:
+            covered[i : i + COPY_RUN] = b"\x01" * COPY_RUN
+    return sum(c for c, h in zip(covered, han) if h) >= COPY_SHARE * sum(han)
+
+
+def _separator(ch: str) -> bool:
+    return ch.isspace() or unicodedata.category(ch)[0] == "P" or ch in _LIST_SEPARATORS
+
+
+def _bare_terms(text: str, matches: list[Span]) -> int | None:
+    """How many terms the sentence lists with nothing relating them; None if it reads as a statement.
+
+    It reads as a statement if it has a relation sign, or a function/predicate character (or an
+    English function word) outside the rubric's terms or as a whole term (是), or two terms joined
+    with no separator between them (切优化器状态). A list of terms separated by spaces or
+    punctuation has none of these, whatever their order. ``matches`` are the spans of the rubric's terms
+    in the sentence (``MAX_HITS`` per term at most).
+    """
+    if _RELATION.search(text):
+        return None
+    covered = bytearray(len(text))
+    spans: list[Span] = []
+    for a, b in matches:
+        if not FUNCTION_CHARS.issuperset(text[a:b].replace(" ", "")):  # a copula term (是) is glue
+            covered[a:b] = b"\x01" * (b - a)
+            spans.append((a, b))
+    residue = "".join(ch if not c else " " for ch, c in zip(text, covered))
+    if any(ch in FUNCTION_CHARS for ch in residue) or _EN_FUNCTION.search(residue):
+        return None
+    end, kept = -1, 0
+    for a, b in sorted(spans, key=lambda sp: (sp[0], -sp[1])):  # the longest term at each start
+        if a < end:
+            continue
+        if a == end and not _separator(text[a - 1]) and not _separator(text[a]):
+            return None  # two terms written as one phrase
+        end, kept = b, kept + 1
+    return kept
 
 
 def _unless(veto: Veto, p: Pattern, answer: _Answer, i: int, head: int) -> Span | None:

@@ -231,7 +231,7 @@ def test_cli_batch_json_csv_and_reports(tmp_path, capsys):
 
 def test_html_report_escapes_student_text(course, grader):
     answers = {"q1": "<script>alert(1)</script> 梯度同步必须在 optimizer.step() 之前完成。<img src=x onerror=alert(2)>"}
-    result = grader.grade_bytes(submission(course, answers=answers), "xss.ipynb")
+    result = grader.grade_bytes(submission(course, answers=answers), "<script>alert(3)</script>.ipynb")
     html = feedback_html(result)
     assert "<script>" not in html and "<img" not in html and "&lt;script&gt;" in html
 
@@ -291,3 +291,11 @@ def test_missed_key_points_show_hints_until_release_then_the_key_points(course):
             if kp.id in item(before, qid)["missing"]:
                 assert kp.hint in text_before
     assert item(before, "q1")["missing"] and "没有作答" in " ".join(item(before, "q1")["messages"])
+
+
+def test_copying_the_question_or_listing_keywords_earns_at_most_half_a_point(course, grader):
+    lesson = course.lessons["lesson04"]
+    copied = lesson.question_text("q1").replace("？", "。").replace("?", "。")
+    salad = "梯度 all-reduce bucket 反向 重叠 step 同步 平均 TP 激活 关键路径"
+    result = grader.grade_bytes(submission(course, answers={"q1": copied, "q2": salad}), "gaming.ipynb")
+    assert item(result, "q1")["points"] <= 0.5 and item(result, "q2")["points"] <= 0.5
