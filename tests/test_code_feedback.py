@@ -163,3 +163,22 @@ def test_broken_checks_file_is_reported_at_its_line(scratch_course, text, line):
     with pytest.raises(SourceError) as info:
         load_checks(COURSE.lessons["lesson04"], path.parent, "solutions/lesson04/checks.py")
     assert str(info.value).startswith(f"solutions/lesson04/checks.py:{line}: cannot import:"), str(info.value)
+
+
+def test_course_grade_exits_2_when_a_hidden_check_breaks(broken_course, tmp_path):
+    import subprocess
+    import sys
+
+    nb = tmp_path / "2026001" / "lesson04.ipynb"
+    nb.parent.mkdir()
+    nb.write_bytes(submission(load_course(broken_course)))
+    report = tmp_path / "fb"
+    proc = subprocess.run(
+        [sys.executable, "-m", "grader.cli", "--root", str(broken_course), "grade", str(nb), "--report", str(report)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    line = _line_of(broken_course / "solutions/lesson04/checks.py", "    return close(got, undefined_expected_value)")
+    assert proc.returncode == 2, proc.stderr
+    assert "the course is at fault" in proc.stderr and f"solutions/lesson04/checks.py:{line}" in proc.stderr
+    feedback = (report / "2026001.md").read_text(encoding="utf-8")
+    assert "这不是你的问题" in feedback and "checks.py" not in feedback and "NameError" not in feedback
