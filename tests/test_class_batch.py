@@ -325,7 +325,15 @@ def test_reference_notebook_of_every_lesson_is_identified_by_folder(tmp_path):
 def test_one_batch_of_every_hostile_finding_still_gives_the_reference_full_marks(tmp_path):
     """The findings of the attack set, graded together with an honest reference in one CLI batch:
     the batch finishes, the reference keeps 10/10, the gradebook is written, the grader stays small."""
-    from test_kernel_hostile import _MEASURED_CLI, COMM_STATE, DISPLAY_SWAP, ERROR_FLOOD
+    from test_kernel_hostile import (
+        _MEASURED_CLI,
+        COMM_STATE,
+        DISPLAY_SWAP,
+        ERROR_FLOOD,
+        PEAK_RSS_MB,
+        RETAINED_RSS_MB,
+        measured,
+    )  # fmt: skip
 
     blank = COURSE.lessons["lesson04"].exercises[0].code
     reference = reference_code(COURSE)
@@ -360,10 +368,9 @@ def test_one_batch_of_every_hostile_finding_still_gives_the_reference_full_marks
         capture_output=True, text=True, timeout=600, cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]  # only the symlink and the pipe could not be graded
-    peak_mb = int([x for x in proc.stderr.splitlines() if x.startswith("peak_rss_kb")][-1].split()[1]) // 1024
-    # Alone, each flood peaks near 200 MB; messages the kernel sends faster than the grader reads them
-    # wait in ZeroMQ's queue, so the peak varies with load (180-460 MB seen). Before the caps: over 1 GB.
-    assert peak_mb < 800, f"the grader peaked at {peak_mb} MB"
+    retained_mb, peak_mb = measured(proc.stderr, "retained_rss"), measured(proc.stderr, "peak_rss")
+    assert retained_mb < RETAINED_RSS_MB, f"the grader still holds {retained_mb} MB"
+    assert peak_mb < PEAK_RSS_MB, f"the grader peaked at {peak_mb} MB"
     results = {r["file"]: r for r in map(json.loads, proc.stdout.splitlines()[: len(names)])}
     assert results["2026001/lesson04.ipynb"]["total"] == 10 and results["2026001/lesson04.ipynb"]["passed"]
     assert next(i for i in results["2026006/lesson04.ipynb"]["items"] if i["id"] == "code")["points"] == 4
