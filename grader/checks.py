@@ -103,6 +103,20 @@ def ndarray(values: Any, dtype: str = "float64") -> dict[str, Any]:
     return {"__ndarray__": values, "dtype": dtype}
 
 
+def raises_value_error(student: Any, function: str, *args: Any, **kwargs: Any) -> bool:
+    """Whether the student's function rejects these arguments with a ValueError.
+
+    Any other failure (a blank not filled, a timeout, a dead kernel) is re-raised, so the student
+    reads that reason instead of a generic wrong value."""
+    try:
+        student.call(function, *args, **kwargs)
+    except StudentCallError as exc:
+        if exc.kind == "error":
+            return exc.detail == "ValueError"
+        raise
+    return False
+
+
 def close(got: Any, expected: Any, rel: float = 1e-9, abs_tol: float = 1e-12) -> bool:
     """Structural equality of plain data with a float tolerance; never trusts ``got``'s type."""
     if isinstance(expected, bool) or expected is None or isinstance(expected, str):

@@ -9,19 +9,7 @@ blanks are reached before any result) cannot pass it.
 
 import numpy as np
 
-from grader.checks import check, close, ndarray
-from grader.kernel import StudentCallError
-
-
-def _raises_value_error(student, name, *args):
-    """True if the student's function raises ValueError; a blank or a crash is re-raised."""
-    try:
-        student.call(name, *args)
-    except StudentCallError as exc:
-        if exc.kind == "error":
-            return exc.detail == "ValueError"
-        raise
-    return False
+from grader.checks import check, close, ndarray, raises_value_error
 
 
 def _act(s, b, h, a, layers, mode):
@@ -87,9 +75,7 @@ def act_bad_mode(student, rng):
     s, b, h, a, layers = _config(rng)
     if student.call("activation_memory", s, b, h, a, layers, "selective") != _act(s, b, h, a, layers, "selective"):
         return False
-    return all(
-        _raises_value_error(student, "activation_memory", s, b, h, a, layers, m) for m in ("partial", "Full", "")
-    )
+    return all(raises_value_error(student, "activation_memory", s, b, h, a, layers, m) for m in ("partial", "Full", ""))
 
 
 @check(points=0.5)
@@ -112,7 +98,7 @@ def steps_errors(student, rng):
         return False
     bad = mbs * dp * k + rng.randint(1, mbs * dp - 1)
     cases = [(bad, mbs, dp), (10, 4), (0, mbs, dp), (mbs * dp * k, 0, dp), (mbs * dp * k, mbs, 0), (-mbs, mbs, 1)]
-    return all(_raises_value_error(student, "accumulation_steps", *c) for c in cases)
+    return all(raises_value_error(student, "accumulation_steps", *c) for c in cases)
 
 
 @check(points=0.5)
@@ -160,4 +146,4 @@ def grad_errors(student, rng):
         (ndarray(X), ndarray(y[:-1]), ndarray(w), 2),
         (ndarray(X), ndarray(y), ndarray(w + [1.0]), 2),
     ]
-    return all(_raises_value_error(student, "accumulated_grad", *c) for c in cases)
+    return all(raises_value_error(student, "accumulated_grad", *c) for c in cases)

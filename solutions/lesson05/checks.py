@@ -8,19 +8,9 @@ reference and the same mistake in a submission cannot agree with each other.
 
 import math
 
-from grader.checks import check, close, ndarray
-from grader.kernel import StudentCallError
+from grader.checks import check, close, ndarray, raises_value_error
 
 STAGES = (0, 1, 2, 3)
-
-
-def _raises_value_error(student, name, *args, **kwargs):
-    """True when the student's function raises ValueError for these arguments."""
-    try:
-        student.call(name, *args, **kwargs)
-    except StudentCallError as exc:
-        return exc.kind == "error" and exc.detail == "ValueError"
-    return False
 
 
 def _memory(psi, n, stage):
@@ -107,9 +97,9 @@ def memory_validation(student, rng):
     if not close(student.call("zero_memory_per_gpu", psi, 8, 2), _memory(psi, 8, 2)):
         return False
     return (
-        _raises_value_error(student, "zero_memory_per_gpu", psi, 8, 4)
-        and _raises_value_error(student, "zero_memory_per_gpu", psi, 8, -1)
-        and _raises_value_error(student, "zero_memory_per_gpu", psi, 0, 1)
+        raises_value_error(student, "zero_memory_per_gpu", psi, 8, 4)
+        and raises_value_error(student, "zero_memory_per_gpu", psi, 8, -1)
+        and raises_value_error(student, "zero_memory_per_gpu", psi, 0, 1)
     )
 
 
@@ -143,7 +133,7 @@ def comm_with_n(student, rng):
         student.call("zero_comm_elements", psi, 3, 1), {"reduce_scatter": 0.0, "all_gather": 0.0, "total": 0.0}
     ):
         return False
-    return _raises_value_error(student, "zero_comm_elements", psi, 5) and _raises_value_error(
+    return raises_value_error(student, "zero_comm_elements", psi, 5) and raises_value_error(
         student, "zero_comm_elements", psi, 1, 0
     )
 
@@ -190,7 +180,7 @@ def adamw_edge_cases(student, rng):
         {"params": [], "m": [], "v": []},
     ):
         return False
-    return _raises_value_error(student, "adamw_step", *_arrays(p, g, zeros, zeros), 0, lr, 0.9, 0.999, 1e-8, wd)
+    return raises_value_error(student, "adamw_step", *_arrays(p, g, zeros, zeros), 0, lr, 0.9, 0.999, 1e-8, wd)
 
 
 @check(points=0.5)
@@ -223,4 +213,4 @@ def sharded_edge_cases(student, rng):
     got = student.call("sharded_adamw_step", *_arrays([], [], [], []), 3, *_h(h))
     if not close(got, {"params": [], "m": [], "v": [], "shard_sizes": [0, 0, 0]}):
         return False
-    return _raises_value_error(student, "sharded_adamw_step", *_arrays(p, g, m, v), 0, *_h(h))
+    return raises_value_error(student, "sharded_adamw_step", *_arrays(p, g, m, v), 0, *_h(h))

@@ -10,23 +10,12 @@ blanks are reached before any result) cannot pass it.
 
 import numpy as np
 
-from grader.checks import check, close, ndarray
-from grader.kernel import StudentCallError, plain_data
+from grader.checks import check, close, ndarray, raises_value_error
+from grader.kernel import plain_data
 
 FORMATS = ("bf16", "fp16", "e5m2", "e4m3")
 MAX_FINITE = {"bf16": (2 - 2.0**-7) * 2.0**127, "fp16": 65504.0, "e5m2": 57344.0, "e4m3": 448.0}
 MANTISSA = {"bf16": 7, "fp16": 10, "e5m2": 2, "e4m3": 3}
-
-
-def _raises_value_error(student, name, *args):
-    """True if the student's function raises ValueError; a blank or a crash is re-raised."""
-    try:
-        student.call(name, *args)
-    except StudentCallError as exc:
-        if exc.kind == "error":
-            return exc.detail == "ValueError"
-        raise
-    return False
 
 
 def _rounded(student, ref, values, fmt):
@@ -154,7 +143,7 @@ def attention_edges(student, rng):
     if not close(student.call("attention_io", n, d, sram, s), one):
         return False
     too_small = rng.randint(0, 4 * d - 1)
-    return _raises_value_error(student, "attention_io", rng.randint(1, 8192), d, too_small, s)
+    return raises_value_error(student, "attention_io", rng.randint(1, 8192), d, too_small, s)
 
 
 @check(points=0.5)
