@@ -18,7 +18,6 @@ import sysconfig
 import tempfile
 import threading
 from pathlib import Path
-from typing import IO
 
 from .course import Limits
 from .errors import CourseError
@@ -42,9 +41,9 @@ _uid_lock = threading.Lock()
 class UidLease:
     """An exclusive claim on one sandbox uid, held until ``release`` (or the process ends)."""
 
-    def __init__(self, uid: int, handle: IO[bytes]) -> None:
+    def __init__(self, uid: int, fd: int) -> None:
         self.uid = uid
-        self._handle: IO[bytes] | None = handle
+        self._fd: int | None = fd
 
     @classmethod
     def acquire(cls) -> UidLease:
@@ -55,19 +54,23 @@ class UidLease:
             start = next(_uid_counter) + os.getpid()
         for offset in range(_UID_COUNT):
             uid = _UID_BASE + (start + offset) % _UID_COUNT
-            handle = open(_LOCK_DIR / str(uid), "ab")  # noqa: SIM115 - held for the kernel's lifetime
             try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                # Read-only is enough for flock, so a lock file another user created still works.
+                fd = os.open(_LOCK_DIR / str(uid), os.O_RDONLY | os.O_CREAT, 0o644)
             except OSError:
-                handle.close()
                 continue
-            return cls(uid, handle)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            return cls(uid, fd)
         raise CourseError(f"all {_UID_COUNT} sandbox uids from {_UID_BASE} are in use; grade fewer at once")
 
     def release(self) -> None:
-        if self._handle is not None:
-            self._handle.close()  # closing the file drops the lock
-            self._handle = None
+        if self._fd is not None:
+            os.close(self._fd)  # closing the file drops the lock
+            self._fd = None
 
 
 def _runtime_paths() -> list[Path]:
