@@ -10,7 +10,7 @@ answer counts as vetoed if any veto fires; labels give the misconceptions it ass
 answers scored exactly and within ±0.5 of the human label, the mean bias (grader − label) on answers
 without a misconception and on answers with one, and the scoring cost per answer.
 
-    .venv/bin/python bench/rubric_accuracy.py [--show-dev-errors]
+    .venv/bin/python bench/rubric_accuracy.py [--show-dev-errors] [--lesson lessonNN] [--dev-only]
 """
 
 from __future__ import annotations
@@ -91,17 +91,21 @@ def _row(label: str, m: dict[str, float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--show-dev-errors", action="store_true", help="list the dev answers scored wrongly")
+    parser.add_argument("--lesson", action="append", help="only this lesson (repeatable), e.g. lesson04")
+    parser.add_argument("--dev-only", action="store_true", help="do not score the held-out sets (for tuning)")
     args = parser.parse_args()
     course = load_course(ROOT)
     pooled: dict[str, list[Outcome]] = {"dev": [], "held-out": []}
     print("set                    answers  precision  recall   exact  ±0.5   bias(ok) bias(veto)  ms/ans")
     for slug in sorted(course.lessons):
+        if args.lesson and slug not in args.lesson:
+            continue
         rubric = load_rubric(course.solutions_dir(slug) / "rubric.yml", f"solutions/{slug}/rubric.yml")
         tuned = tuning_set(rubric)
         print(f"{slug}: tuning examples precision {tuned['precision']:.3f} recall {tuned['recall']:.3f}")
         dev = [a for p in sorted(DATA.glob(f"{slug}_dev*.jsonl")) for a in _read(p)]
         held_path = DATA / f"{slug}_heldout.jsonl"
-        held = _read(held_path) if held_path.is_file() else []
+        held = _read(held_path) if held_path.is_file() and not args.dev_only else []
         for name, answers, verbose in (("dev", dev, args.show_dev_errors), ("held-out", held, False)):
             if answers:
                 outcomes = [score(rubric, a, verbose) for a in answers]

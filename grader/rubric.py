@@ -162,7 +162,7 @@ _QUESTION_CUES = re.compile(r"是否|难道|whether")
 _REPORTED = re.compile(
     r"有人(?:认为|说|以为|觉得|主张|声称)|(?:很多|不少|许多|一些|常有)(?:人|博客|文章|资料)?(?:认为|以为|觉得|说|误以为|宣称|声称)|误以为|误认为|错误地认为|"
     r"以为|所谓|据说|听说|宣称|声称|号称|(?:有|一些|很多|不少)?(?:同学|朋友|老师|助教|网友)(?:说|认为|以为|觉得)|(?:直觉上|乍看|表面上|容易)(?:会)?(?:觉得|以为|认为)|会觉得|"
-    r"(?:一种|常见的?|典型的?)(?:误解|错误观点|错误说法|说法|看法)(?:是|认为)?|some people (?:think|say|believe)"
+    r"(?:一种|常见的?|典型的?)(?:误解|错误观点|错误说法|说法|看法)(?:是|认为)?|乍一看|乍看之下|表面上看|some people (?:think|say|believe)"
 )
 _CONTRAST = re.compile(r"但是|但|然而|可是|实际上|其实|事实上|而是|however|actually")
 _REFUTATION = re.compile(
@@ -174,7 +174,9 @@ _REFUTATION_START = re.compile(
     r"^(?:但|但是|然而|可是|其实)?(?:这|此|该|这种|这个|这一|这样的?)(?:说法|观点|理解|看法|想法)?(?:是|属于|并)?(?:一种|一个)?(?:完全)?(?:错误|错|误解|误区|不对|不正确|不成立)"
     r"|^(?:其实不然|并非如此|事实并非如此|不对|错)|^(?:但|但是|然而|可是)?(?:其实|实际上|事实上)(?:并)?(?:不会|不是|不对|不然|没有|不成立)"
 )
-_HEDGES = re.compile(r"可能|也许|或许|如果|假如|假设|若|要是|万一|倘若|好像|似乎|乍一看|if\b|maybe|might")
+# A condition makes a sentence hypothetical: it earns key points but fires no veto. A mere softener
+# (可能, 好像, 大概) does not withdraw the claim: the veto fires and is flagged for review (``_review``).
+_HEDGES = re.compile(r"如果|假如|假设|若|要是|万一|倘若|if\b")
 _HEDGE_FALSE = ["不可能", "尽可能", "若干"]
 _SENTENCE_END = re.compile(r"[。!?;\n]+|\.(?=\s|$)")
 _CLAUSE_END = re.compile(r"[,:，：]")
@@ -182,6 +184,9 @@ NEG_WINDOW = 16
 STATUSES = ("question", "reported", "refuted", "hedged")
 
 
+# Cyrillic letters that look Latin (DР with a Cyrillic Р): read as the Latin letter they imitate.
+# Greek look-alikes are left alone, since formulas use Greek letters (Ψ, α, β).
+_HOMOGLYPHS = dict(zip("АВЕКМНОРСТХУаеорсхуіјѕӏ", "abekmhopctxyaeopcxyijsl"))
 _INVISIBLE = frozenset("\u200b\u200c\u200d\u2060\ufeff\u00ad")  # zero-width characters, soft hyphen
 _LINE_BREAKS = frozenset("\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")  # read as a line break
 _HAN = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f]")
@@ -225,6 +230,8 @@ class Sentence:
     regions: tuple[tuple[int, int, str], ...]  # (start, end, status) sub-spans with their own status
     raw: str = ""  # the student's text of this sentence, unstripped and unsanitised
     origin: tuple[int, ...] = ()  # origin[k]: index in ``raw`` of the character behind text[k]
+    bounds: frozenset[int] = frozenset()  # offsets in ``text`` where a word starts or ends (jieba)
+    answered: str | None = None  # a question the student answers: "positive" or "negative"
 
 
 @functools.cache
@@ -233,6 +240,50 @@ def _converter() -> opencc.OpenCC:
     import opencc
 
     return opencc.OpenCC("t2s")
+
+
+# Words of this course that a general dictionary lacks, so that a cue character inside one of them
+# (the 非 of 非均匀, the 无 of 无气泡) is not read as a cue. A fixed list, not the rubrics' terms: the
+# segmenter is shared by the whole process, and a grade must not depend on which rubric loaded first.
+COURSE_WORDS = (
+    "数据并行 张量并行 流水线并行 序列并行 上下文并行 专家并行 梯度累积 梯度累加 优化器状态 混合精度 重计算 "
+    "激活值 显存 微批次 全局批 气泡 无气泡 非均匀 负载均衡 通信量 带宽 算术强度 主参数 分片 切分 环形 "
+    "非阻塞 无关 无损 不均衡 不均匀 不对称"
+).split()
+
+
+@functools.cache
+def _segmenter() -> Any:
+    """jieba, initialised once per process with the course's words (loading its dictionary costs ~0.7 s)."""
+    import logging
+
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+    tokenizer = jieba.Tokenizer()
+    tokenizer.initialize()
+    for word in COURSE_WORDS:
+        tokenizer.add_word(word, freq=50000)
+    return tokenizer
+
+
+def word_bounds(text: str) -> frozenset[int]:
+    """Offsets where a word starts or ends, so that cues are read as words (要是 is not in 主要是)."""
+    bounds = {0, len(text)}
+    for _, a, b in _segmenter().tokenize(text, HMM=False):
+        bounds.update((a, b))
+    return frozenset(bounds)
+
+
+def _whole(m: re.Match[str], bounds: frozenset[int], offset: int = 0) -> bool:
+    """Is the cue ``m`` (found in a window of the sentence that starts at ``offset``) a word of its own?"""
+    return not bounds or (offset + m.start() in bounds and offset + m.end() in bounds)
+
+
+def _negates(m: re.Match[str], bounds: frozenset[int], offset: int = 0) -> bool:
+    """Is the negation cue ``m`` a negation here? It must start a word (不降, 不会) or end one: an
+    adverb glued to it (绝不, 毫无, 尚未, 并不) still negates, a cue inside a longer word does not."""
+    return not bounds or offset + m.start() in bounds or offset + m.end() in bounds
 
 
 def _simplified(text: str) -> str:
@@ -322,7 +373,7 @@ def normalise_mapped(text: str) -> tuple[str, tuple[int, ...]]:
         elif ch not in "\n\t" and unicodedata.category(ch) == "Cc":
             continue
         else:
-            out = unicodedata.normalize("NFKC", ch).lower()
+            out = _HOMOGLYPHS.get(ch) or unicodedata.normalize("NFKC", ch).lower()
         chars.extend(out)
         origin.extend([i] * len(out))
     return _simplified("".join(chars)), tuple(origin)
@@ -358,24 +409,82 @@ def split_sentences(original: str) -> list[Sentence]:
     sentences: list[Sentence] = []
     for i, (s, e) in enumerate(raw):
         text = norm[s:e]
+        bounds = word_bounds(text)
         nxt = norm[raw[i + 1][0] : raw[i + 1][1]].strip() if i + 1 < len(raw) else ""
-        status, regions = _status(text, nxt)
+        status, regions = _status(text, nxt, bounds)
+        answered = _answered(text, nxt) if status == "question" else None
+        if answered:
+            status = "asserted"
+            text = _plain_question(text)
         lo, hi = origin[s], origin[e - 1] + 1
         piece = original[lo:hi]
         sentences.append(
-            Sentence(i, s, text, _safe(piece).strip(), status, regions, piece, tuple(o - lo for o in origin[s:e]))
+            Sentence(
+                i,
+                s,
+                text,
+                _safe(piece).strip(),
+                status,
+                regions,
+                piece,
+                tuple(o - lo for o in origin[s:e]),
+                bounds,
+                answered,
+            )
         )
     return sentences
 
 
-def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str], ...]]:
+# A short reply right after a question: 当然能。/ 不能，因为… / 是的。
+_REPLY = re.compile(
+    r"^(?:答[:：]?\s*)?(?:当然|肯定|显然|确实|其实|实际上|事实上|答案是)?\s*"
+    r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|不对|没有|否|不)|(?P<yes>能|可以|会|是的|是|对|行|需要|要|有|yes))"
+    r"\s*(?:的|啊|呀)?\s*(?=[,:;。!?，：；]|$)"
+)
+_RHETORICAL = re.compile(r"难道|岂不|何尝")
+
+
+def _plain_question(text: str) -> str:
+    """An answered question with its A-not-A form made plain (会不会增加 → 会  增加), same length.
+
+    The 不 of 会不会 only makes the question; read as a negation it would turn the answer around.
+    """
+    out = list(text)
+    for m in _A_NOT_A.finditer(_mask(text, _FALSE_CUES)):
+        out[m.start() + 1 : m.end()] = " " * (m.end() - m.start() - 1)
+    return "".join(out)
+
+
+def _answered(text: str, next_text: str) -> str | None:
+    """The polarity a question is given by the student: "positive", "negative", or None if left open.
+
+    A question answered in the next sentence (DP 能降低显存吗？当然能。) asserts the predicate with the
+    answer's polarity, whatever negation the question itself holds (难道…不能…吗？能。). A rhetorical
+    question left unanswered (难道 DP 不能降低显存吗？) asserts the opposite of its wording: "flip".
+    """
+    reply = _REPLY.match(next_text)
+    if reply:
+        return "negative" if reply.group("no") else "positive"
+    if _RHETORICAL.search(text):
+        return "flip"
+    return None
+
+
+def _status(
+    text: str, next_text: str, bounds: frozenset[int] = frozenset()
+) -> tuple[str, tuple[tuple[int, int, str], ...]]:
     """Whole-sentence status, plus spans with a status of their own (reported or refuted parts).
 
     Linear in the sentence: contrast words and refutations are found once and looked up by
-    bisection, and at most ``MAX_REGIONS`` spans of each kind are kept.
+    bisection, and at most ``MAX_REGIONS`` spans of each kind are kept. Cues count only as whole
+    words (``bounds``), so the 要是 inside 主要是 is no hedge.
     """
     stripped = text.strip()
-    if _QUESTION_END.search(stripped) or _QUESTION_CUES.search(text) or _A_NOT_A.search(_mask(text, _FALSE_CUES)):
+    if (
+        _QUESTION_END.search(stripped)
+        or any(_whole(m, bounds) for m in _QUESTION_CUES.finditer(text))
+        or _A_NOT_A.search(_mask(text, _FALSE_CUES))
+    ):
         return "question", ()
     contrasts = [m.span() for m in _CONTRAST.finditer(text)]
     contrast_starts = [a for a, _ in contrasts]
@@ -396,7 +505,7 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
     for r in refutations:
         k = bisect_right(contrast_ends, r)  # the last contrast word that ends before the refutation
         regions.append((contrast_ends[k - 1] if k else 0, r, "refuted"))
-    if _HEDGES.search(_mask(text, _HEDGE_FALSE)):
+    if any(_whole(m, bounds) for m in _HEDGES.finditer(_mask(text, _HEDGE_FALSE))):
         return "hedged", tuple(regions)
     return "asserted", tuple(regions)
 
@@ -417,7 +526,9 @@ def _clause(text: str, pos: int) -> tuple[int, int]:
     return start, end_match.start() if end_match else len(text)
 
 
-def negated(text: str, start: int, end: int, masks: tuple[tuple[int, int], ...] = ()) -> bool:
+def negated(
+    text: str, start: int, end: int, masks: tuple[tuple[int, int], ...] = (), bounds: frozenset[int] = frozenset()
+) -> bool:
     """Is the word at text[start:end] negated? Parity of cues before it, within its clause.
 
     ``masks`` are spans of other terms of the same pattern: a cue inside a named term (the 没 of
@@ -433,10 +544,13 @@ def negated(text: str, start: int, end: int, masks: tuple[tuple[int, int], ...] 
     window = "".join(chars)
     cuts = list(_CLAUSE_END.finditer(window))
     if cuts:
+        lo += cuts[-1].end()
         window = window[cuts[-1].end() :]
-    window = window[_scope_start(window) :]
+    scope = _scope_start(window)
+    lo += scope
+    window = window[scope:]
     window = _mask(_A_NOT_A.sub(lambda m: "＿" * 3, _mask(window, _FALSE_CUES)), _FALSE_CUES)
-    count = len(_CUE_RE.findall(window))
+    count = sum(1 for m in _CUE_RE.finditer(window) if _negates(m, bounds, lo))
     if _POST_NEG.match(text[end : end + 3]):
         count += 1
     return count % 2 == 1
@@ -476,6 +590,7 @@ class Pattern:
     clause: bool = False  # groups must sit in the head's clause, not just its sentence
     unless: list[re.Pattern[str]] = field(default_factory=list)  # vetoes only: cancel this pattern
     at_least: int = 0  # > 0: count distinct groups over the whole answer instead
+    subject: re.Pattern[str] | None = None  # a claim: what the head (predicate) must be said of
 
 
 @dataclass
@@ -494,8 +609,7 @@ class Veto:
     says: str
     explain: str
     patterns: list[Pattern]
-    unless: list[re.Pattern[str]]  # anywhere in the sentence
-    unless_clause: list[re.Pattern[str]] = field(default_factory=list)  # in the matched head's clause
+    unless: list[re.Pattern[str]]  # cancels a match when found in the clauses of the matched claim
     fire: list[str] = field(default_factory=list)
     keep: list[str] = field(default_factory=list)
 
@@ -531,6 +645,7 @@ class Evidence:
     sentence: str  # the student's sentence, safe to print
     start: int  # span of the matched word in ``sentence`` (0, 0 when there is none)
     end: int
+    review: tuple[str, ...] = ()  # a fired veto: signals that nearly suppressed it (for instructors)
 
 
 @dataclass
@@ -553,7 +668,16 @@ class AnswerResult:
                 for k, e in self.found
             ],
             "missing": [k.id for k in self.missing],
-            "vetoes": [{"id": v.id, "evidence": e.sentence, "span": [e.start, e.end]} for v, e in self.vetoes],
+            "vetoes": [
+                {
+                    "id": v.id,
+                    "evidence": e.sentence,
+                    "span": [e.start, e.end],
+                    "needs_review": bool(e.review),
+                    "review": list(e.review),
+                }
+                for v, e in self.vetoes
+            ],
             "suppressed": [{"id": v.id, "evidence": e.sentence, "reason": r} for v, e, r in self.suppressed],
             "notes": list(self.notes),
         }
@@ -605,8 +729,7 @@ class _Loader:
         parts = []
         for alt in self.alternatives(spec, where):
             body = unicodedata.normalize("NFKC", alt)
-            pre = r"(?<![a-z0-9_])" if re.match(r"[A-Za-z0-9_]", body) else ""
-            post = r"(?![a-z0-9_])" if re.search(r"[A-Za-z0-9_]$", body) else ""
+            pre, post = _term_bounds(body)
             parts.append(f"{pre}(?:{body}){post}")
         try:
             return re.compile("|".join(parts), re.IGNORECASE)
@@ -616,9 +739,22 @@ class _Loader:
     def pattern(self, raw: Any, where: str) -> Pattern:
         if not isinstance(raw, dict):
             raise self.fail(where, f"{where}: a pattern must be a mapping with 'head' (and 'with', 'polarity', 'span')")
-        unknown = set(raw) - {"head", "with", "polarity", "span", "context", "clause", "unless", "at_least", "of"}
+        unknown = set(raw) - {
+            "head",
+            "with",
+            "polarity",
+            "span",
+            "context",
+            "clause",
+            "unless",
+            "at_least",
+            "of",
+            "claim",
+        }
         if unknown:
             raise self.fail(where, f"{where}: unknown pattern key(s) {sorted(unknown)}")
+        if "claim" in raw:
+            return self.claim(raw, where)
         if "at_least" in raw:
             groups = raw.get("of")
             if (
@@ -649,11 +785,69 @@ class _Loader:
             [self.regex(u, where) for u in raw.get("unless", [])],
         )
 
+    def claim(self, raw: dict[str, Any], where: str) -> Pattern:
+        """``claim: {subject, predicate, object?, polarity?}``: the predicate said of the subject.
+
+        The predicate is the head; the object must sit in the claim's clauses (see ``_match``).
+        """
+        claim = raw["claim"]
+        if set(raw) - {"claim", "unless", "context"} or not isinstance(claim, dict):
+            raise self.fail(
+                where, f"{where}: a claim is 'claim: {{subject, predicate, object, polarity}}' (plus 'unless')"
+            )
+        unknown = set(claim) - {"subject", "predicate", "object", "polarity"}
+        if unknown or "subject" not in claim or "predicate" not in claim:
+            raise self.fail(
+                where, f"{where}: a claim needs 'subject' and 'predicate' (and may have 'object', 'polarity')"
+            )
+        polarity = claim.get("polarity", "positive")
+        if polarity not in ("positive", "negative"):
+            raise self.fail(where, f"{where}: polarity must be positive or negative")
+        objects = claim.get("object")
+        groups = (
+            []
+            if objects is None
+            else (objects if isinstance(objects, list) and all(isinstance(o, list) for o in objects) else [objects])
+        )
+        return Pattern(
+            self.regex(claim["predicate"], where),
+            [self.regex(g, where) for g in groups],
+            polarity,
+            context=int(raw.get("context", 0)),
+            clause=True,
+            unless=[self.regex(u, where) for u in raw.get("unless", [])],
+            subject=self.regex(claim["subject"], where),
+        )
+
     def patterns(self, raw: dict[str, Any], where: str) -> list[Pattern]:
         pats = raw.get("any")
         if not isinstance(pats, list) or not pats:
             raise self.fail(where, f"{where}: needs 'any:' with at least one pattern")
         return [self.pattern(p, where) for p in pats]
+
+
+# A formula term is one with an operator or bracket in it; its neighbours may not continue the formula,
+# so that (p-1)M is not found inside 2(p-1)M/p.
+_FORMULA_TERM = re.compile(r"\\[()+*^]|[/·×=]")  # an escaped bracket or operator, or a literal one
+_FORMULA_PRE = r"(?<![0-9a-z_)/*^·×.ψ+-])"
+_FORMULA_POST = r"(?![0-9a-z_(/*^·×ψ+-])"
+
+
+def _term_bounds(body: str) -> tuple[str, str]:
+    """Lookarounds that make a term match whole words, numbers and formulas only.
+
+    Latin words may not continue into letters or digits (dp is not in ddp). A number stands on its
+    own against other digits but may touch letters and units, so 4n is found in 约4N and 16 in
+    16Ψ, but 4 is not found in 24 or 4.5. A formula may not continue into more formula.
+    """
+    starts_alnum = bool(re.match(r"[A-Za-z0-9_]", body))
+    ends_alnum = bool(re.search(r"[A-Za-z0-9_]$", body))
+    if _FORMULA_TERM.search(body):
+        pre = _FORMULA_PRE if starts_alnum or body.startswith("\\(") else ""
+        return pre, _FORMULA_POST if ends_alnum or body.endswith("\\)") else ""
+    pre = r"(?<![0-9.])" if body[:1].isdigit() else (r"(?<![a-z0-9_])" if starts_alnum else "")
+    post = r"(?![0-9]|\.[0-9])" if body[-1:].isdigit() else (r"(?![a-z0-9_])" if ends_alnum else "")
+    return pre, post
 
 
 def _positions(text: str) -> Any:
@@ -737,7 +931,6 @@ def load_rubric(path: Path, display: str) -> Rubric:
                 explain,
                 ld.patterns(raw, where),
                 [ld.regex(u, where) for u in raw.get("unless", [])],
-                [ld.regex(u, where) for u in raw.get("unless_clause", [])],
                 list(examples.get("fire", [])),
                 list(examples.get("keep", [])),
             )
@@ -808,6 +1001,7 @@ class _Answer:
         self._barred: dict[int, str | None] = {}
         self._bare: dict[int, int | None] = {}
         self.skipped: set[str] = set()
+        self.vetoed: set[int] = set()  # sentences where a veto fired: they earn no key point
 
     def barred(self, i: int) -> str | None:
         """Why sentence i earns no key point: "copied" (from the question), "list" (of terms), or None."""
@@ -880,10 +1074,22 @@ def _evidence(s: Sentence, start: int = 0, end: int = 0) -> Evidence:
     return Evidence(s.original, max(0, min(a, len(s.original))), max(0, min(b, len(s.original))))
 
 
-def _match(p: Pattern, answer: _Answer, i: int, allowed: tuple[str, ...]) -> tuple[Span | None, str | None]:
-    """Try a head-pattern on sentence i. Returns (head span, None) on a match, or (None, why-not).
+@dataclass(frozen=True)
+class _Hit:
+    """Where a pattern matched: the head, and the clauses [lo, hi) that hold the whole claim."""
 
-    At most ``MAX_HEADS`` heads are tried; each costs a bisection per group, not a scan.
+    head: Span
+    lo: int
+    hi: int
+    topic: bool = False  # the subject was taken from an earlier clause or sentence
+
+
+def _match(p: Pattern, answer: _Answer, i: int, allowed: tuple[str, ...]) -> tuple[_Hit | None, str | None]:
+    """Try a head-pattern on sentence i. Returns (hit, None) on a match, or (None, why-not).
+
+    A claim (``subject`` set) binds the head to its subject: the subject must stand in the head's
+    clause, or be the topic that an earlier clause of the sentence (or, with ``context``, the previous
+    sentence) set up. At most ``MAX_HEADS`` heads are tried; each costs a bisection per group.
     """
     assert p.head is not None
     s = answer.sentences[i]
@@ -894,14 +1100,26 @@ def _match(p: Pattern, answer: _Answer, i: int, allowed: tuple[str, ...]) -> tup
     elsewhere = [bool(p.context and i > 0 and answer.hits(i - 1, g)) for g in p.groups]
     if not p.clause and not all(own or far for own, far in zip(groups, elsewhere)):
         return None, None
-    masks = sorted((sp for spans in groups for sp in spans), key=lambda sp: sp[1])
+    subjects = answer.hits(i, p.subject) if p.subject is not None else []
+    subject_before = bool(p.subject is not None and p.context and i > 0 and answer.hits(i - 1, p.subject))
+    if p.subject is not None and not subjects and not subject_before:
+        return None, None
+    masks = sorted((sp for spans in (*groups, subjects) for sp in spans), key=lambda sp: sp[1])
     mask_ends = [b for _, b in masks]
     why: str | None = None
     for h0, h1 in heads[:MAX_HEADS]:
-        if p.clause:
-            lo, hi = _clause(s.text, h0)
-            if not all(far or _within(spans, lo, hi) for spans, far in zip(groups, elsewhere)):
-                continue
+        lo, hi = _clause(s.text, h0) if p.clause else (0, len(s.text))
+        topic = False
+        if p.subject is not None:
+            if not _within(subjects, lo, hi):
+                earlier = [sp for sp in subjects if sp[1] <= lo]
+                if not earlier and not subject_before:
+                    continue
+                topic = True
+                if earlier:
+                    lo = _clause(s.text, earlier[-1][0])[0]
+        if p.clause and not all(far or _within(spans, lo, hi) for spans, far in zip(groups, elsewhere)):
+            continue
         if p.span is not None:
             near = [(h0, h1)] + [_nearest(spans, h0) or (h0, h1) for spans in groups]
             if max(e for _, e in near) - min(b for b, _ in near) > p.span:
@@ -911,12 +1129,20 @@ def _match(p: Pattern, answer: _Answer, i: int, allowed: tuple[str, ...]) -> tup
             why = why or status
             continue
         window = masks[bisect_right(mask_ends, h0 - NEG_WINDOW) : bisect_right(mask_ends, h0)]
-        is_neg = negated(s.text, h0, h1, tuple(window))
+        is_neg = _polarity_negative(s, h0, h1, tuple(window))
         if is_neg != (p.polarity == "negative"):
             why = why or ("negated" if is_neg else "affirmed")
             continue
-        return (h0, h1), None
+        return _Hit((h0, h1), lo, hi, topic), None
     return None, why
+
+
+def _polarity_negative(s: Sentence, h0: int, h1: int, masks: tuple[Span, ...] = ()) -> bool:
+    """Is the head at s.text[h0:h1] said in the negative? An answered question takes its answer's polarity."""
+    if s.answered in ("positive", "negative"):
+        return s.answered == "negative"
+    neg = negated(s.text, h0, h1, masks, s.bounds)
+    return not neg if s.answered == "flip" else neg
 
 
 def _count(p: Pattern, answer: _Answer, allowed: tuple[str, ...]) -> Evidence | None:
@@ -930,7 +1156,7 @@ def _count(p: Pattern, answer: _Answer, allowed: tuple[str, ...]) -> Evidence | 
     for gi, g in enumerate(p.groups):
         for s in answer.sentences:
             if any(
-                not negated(s.text, a, b) and _status_at(s, a) in allowed
+                not _polarity_negative(s, a, b) and _status_at(s, a) in allowed
                 for a, b in answer.hits(s.index, g)[:MAX_HEADS]
             ) and answer.passes(s.index, lists_allowed=not relational):
                 hits[gi] = s
@@ -955,9 +1181,11 @@ def _find(patterns: list[Pattern], answer: _Answer, allowed: tuple[str, ...]) ->
                 return ev, None
             continue
         for s in answer.sentences:
-            head, reason = _match(p, answer, s.index, allowed)
-            if head and answer.passes(s.index):
-                return _evidence(s, *head), None
+            if s.index in answer.vetoed:
+                continue  # a sentence that states a misconception earns nothing
+            hit, reason = _match(p, answer, s.index, allowed)
+            if hit and answer.passes(s.index):
+                return _evidence(s, *hit.head), None
             if reason and why is None:
                 why = f"{reason}: {s.original}"
     return None, why
@@ -987,29 +1215,28 @@ def score_answer(rubric: Rubric, question: str, text: str, question_text: str | 
     answer = _Answer(split_sentences(text), rubric.terms, grams)
     if not any(_HAN.search(s.text) for s in answer.sentences):
         notes.append(NOTE_NO_CHINESE)
+    fired: list[tuple[Veto, Evidence]] = []
+    suppressed: list[tuple[Veto, Evidence, str]] = []
+    for veto in rubric.vetoes_for(question):
+        matches = list(_veto_matches(veto, answer))
+        fires = [(i, ev) for i, ev, why in matches if why is None]
+        if fires:
+            fired.append((veto, fires[0][1]))
+            answer.vetoed.update(i for i, _ in fires)
+        elif matches:
+            suppressed.append((veto, matches[0][1], matches[0][2] or ""))
     found: list[tuple[KeyPoint, Evidence]] = []
     missing: list[KeyPoint] = []
     lost: set[str] = set()  # why a barred sentence cost a key point
     for kp in rubric.key_points[question]:
         answer.skipped.clear()
-        ev, _ = _find(kp.patterns, answer, KEY_POINT_STATUSES)
-        if ev:
-            found.append((kp, ev))
+        kev, _ = _find(kp.patterns, answer, KEY_POINT_STATUSES)
+        if kev:
+            found.append((kp, kev))
         else:
             missing.append(kp)
             lost |= answer.skipped
     notes += [note for why, note in (("list", NOTE_LIST), ("copied", NOTE_COPIED)) if why in lost]
-    fired: list[tuple[Veto, Evidence]] = []
-    suppressed: list[tuple[Veto, Evidence, str]] = []
-    for veto in rubric.vetoes_for(question):
-        hit = _veto(veto, answer)
-        if hit is None:
-            continue
-        ev, reason = hit
-        if reason is None:
-            fired.append((veto, ev))
-        else:
-            suppressed.append((veto, ev, reason))
     points = min(QUESTION_POINTS, round(sum(k.points for k, _ in found), 2))
     return AnswerResult(question, points, float(QUESTION_POINTS), found, missing, fired, suppressed, notes)
 
@@ -1077,16 +1304,38 @@ def _bare_terms(text: str, matches: list[Span]) -> int | None:
     return kept
 
 
-def _unless(veto: Veto, p: Pattern, answer: _Answer, i: int, head: int) -> Span | None:
-    """The first 'unless' term that cancels a veto match: anywhere in the sentence, or in the head's clause."""
+def _unless(veto: Veto, p: Pattern, answer: _Answer, i: int, hit: _Hit) -> Span | None:
+    """The first 'unless' term inside the clauses of the matched claim: it says the sentence is about
+    something else (a neighbouring technique, another quantity). Elsewhere in the sentence it does not count."""
     for u in veto.unless + p.unless:
-        if spans := answer.hits(i, u):
-            return spans[0]
-    lo, hi = _clause(answer.sentences[i].text, head)
-    for u in veto.unless_clause:
-        if span := _within(answer.hits(i, u), lo, hi):
+        if span := _within(answer.hits(i, u), hit.lo, hit.hi):
             return span
     return None
+
+
+# Words that soften a claim without withdrawing it: a fired veto near one of them is flagged for review.
+_SOFTENERS = re.compile(
+    r"可能|也许|或许|好像|似乎|几乎|基本上?|大致|大体|大概|一般来说|一般|通常|往往|某种程度上?|差不多|近似|应该"
+    r"|maybe|might|probably|approximately|roughly|almost"
+)
+
+
+def _review(veto: Veto, answer: _Answer, i: int, hit: _Hit) -> tuple[str, ...]:
+    """Signals that nearly suppressed a fired veto, for an instructor to look at (``needs_review``)."""
+    s = answer.sentences[i]
+    reasons = []
+    if hit.topic:
+        reasons.append("subject taken from an earlier clause")
+    if m := next((m for m in _SOFTENERS.finditer(_mask(s.text, _HEDGE_FALSE), hit.lo, hit.hi)), None):
+        reasons.append(f"softened: {m.group()}")
+    before = _mask(s.text[: max(0, hit.head[0] - NEG_WINDOW)], _FALSE_CUES)
+    if any(_negates(m, s.bounds) for m in _CUE_RE.finditer(before)):
+        reasons.append("a negation earlier in the sentence")
+    for u in veto.unless:
+        if spans := answer.hits(i, u):
+            reasons.append(f"competing term outside the claim: {s.text[spans[0][0] : spans[0][1]]}")
+            break
+    return tuple(reasons)
 
 
 def _veto_matches(veto: Veto, answer: _Answer) -> Iterator[tuple[int, Evidence, str | None]]:
@@ -1097,29 +1346,20 @@ def _veto_matches(veto: Veto, answer: _Answer) -> Iterator[tuple[int, Evidence, 
     """
     for p in veto.patterns:
         for i, s in enumerate(answer.sentences):
-            head, why = _match(p, answer, i, ("asserted", *STATUSES))
-            if head is None:
+            hit, why = _match(p, answer, i, ("asserted", *STATUSES))
+            if hit is None:
                 if why:
                     yield i, _evidence(s), why
                 continue
-            unless = _unless(veto, p, answer, i, head[0])
-            status = _status_at(s, head[0])
+            unless = _unless(veto, p, answer, i, hit)
+            status = _status_at(s, hit.head[0])
             if unless is not None:
-                yield i, _evidence(s, *head), f"unless: {s.text[unless[0] : unless[1]]}"
+                yield i, _evidence(s, *hit.head), f"unless: {s.text[unless[0] : unless[1]]}"
             elif status != "asserted":
-                yield i, _evidence(s, *head), status
+                yield i, _evidence(s, *hit.head), status
             else:
-                yield i, _evidence(s, *head), None
-
-
-def _veto(veto: Veto, answer: _Answer) -> tuple[Evidence, str | None] | None:
-    """A fired match (reason None), else the first suppressed match with its reason, else None."""
-    suppressed: tuple[Evidence, str] | None = None
-    for _, ev, why in _veto_matches(veto, answer):
-        if why is None:
-            return ev, None
-        suppressed = suppressed or (ev, why)
-    return suppressed
+                ev = _evidence(s, *hit.head)
+                yield i, Evidence(ev.sentence, ev.start, ev.end, _review(veto, answer, i, hit)), None
 
 
 def veto_firings(rubric: Rubric, question: str, text: str) -> list[tuple[Veto, int, Evidence]]:

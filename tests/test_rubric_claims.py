@@ -1,0 +1,219 @@
+"""Vetoes and key points judge claims: the predicate said of its subject, read word by word.
+
+Each test holds one pattern of issue 9 with sentences written for this file (not taken from any
+lesson or answer set): subject binding, clause-scoped ``unless``, whole-word cues, formulas inside
+formulas, answered and rhetorical questions, key points withheld from vetoed or negated sentences,
+glued numbers, review flags, and the veto dodges (invisible characters, homoglyphs, softeners, fake
+refutations). The rubric is the worked example of docs/rubric.md, plus what the tests need.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader.errors import SourceError
+from grader.rubric import Rubric, load_rubric, score_answer
+
+RUBRIC = """
+lexicon:
+  dp: ['数据并行', 'dp', 'ddp']
+  memory: ['显存', '内存', 'memory']
+  reduce: ['降低', '减少', '节省', '省', '降到', '变少']
+questions:
+  q1:
+    key_points:
+      - id: full-copy
+        points: 1
+        says: 每个副本都保存完整的参数、梯度和优化器状态
+        hint: 每张卡上存了哪些东西？
+        any:
+          - claim:
+              subject: ['副本', '每张卡', '每卡']
+              predicate: ['保存', '存']
+              object: ['完整', '全部', '全套']
+      - id: ring-volume
+        points: 0.5
+        says: 环形 all-reduce 每卡发送 2(p-1)M/p
+        hint: 数一数两个阶段各发送多少。
+        any:
+          - head: ['2 ?\\(p ?- ?1\\) ?m ?/ ?p']
+      - id: four-n
+        points: 0.5
+        says: 大约 4N 次
+        hint: 数一数有几次。
+        any:
+          - head: ['4n']
+  q2:
+    key_points:
+      - id: anything
+        points: 2
+        says: 占位要点
+        hint: 想一想。
+        any:
+          - head: ['要点']
+  q3:
+    key_points:
+      - id: anything
+        points: 2
+        says: 占位要点
+        hint: 想一想。
+        any:
+          - head: ['要点']
+vetoes:
+  - id: dp-cuts-memory
+    says: 认为纯 DP 会降低每卡显存
+    explain: 纯 DP 的每张卡都保存完整的参数、梯度和优化器状态，显存一点也不省。
+    any:
+      - claim:
+          subject: ['@dp']
+          predicate: ['@reduce']
+          object: ['@memory']
+    unless: ['zero', 'fsdp', '激活', '张量并行']
+  - id: dp-linear
+    says: 认为 DP 的吞吐随卡数线性增长
+    explain: 通信随卡数增加，扩展效率达不到线性。
+    any:
+      - claim:
+          subject: ['@dp', '吞吐']
+          predicate: ['线性(增长|增加|提升|扩展)']
+  - id: half-volume
+    says: 认为环形 all-reduce 每卡只发送 (p-1)M
+    explain: 两个阶段各发送 (p-1)M/p。
+    any:
+      - head: ['(?<!2)\\(p ?- ?1\\) ?m(?! ?/)']
+"""
+
+
+@pytest.fixture(scope="module")
+def rubric(tmp_path_factory: pytest.TempPathFactory) -> Rubric:
+    path = tmp_path_factory.mktemp("rubric") / "rubric.yml"
+    path.write_text(RUBRIC, encoding="utf-8")
+    return load_rubric(path, "rubric.yml")
+
+
+def vetoes(rubric: Rubric, text: str) -> set[str]:
+    return {v.id for v, _ in score_answer(rubric, "q1", text).vetoes}
+
+
+def key_points(rubric: Rubric, text: str) -> set[str]:
+    return {k.id for k, _ in score_answer(rubric, "q1", text).found}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "数据并行能把每卡显存降到 1/dp。",
+        "DP 的话，每张卡的显存会减少。",  # the subject is the topic of an earlier clause
+        "用了 ddp 以后显存明显变少了。",
+    ],
+)
+def test_a_claim_fires_where_the_predicate_is_said_of_its_subject(rubric: Rubric, text: str) -> None:
+    assert "dp-cuts-memory" in vetoes(rubric, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "延迟项随卡数线性增长，所以效率会下降。",  # 线性增长 said of the latency, no DP, no throughput
+        "通信时间线性增加。",
+        "激活的显存会降低，因为 micro-batch 变小了。",  # 降低 said of memory, but no DP at all
+    ],
+)
+def test_a_predicate_without_its_subject_is_no_claim(rubric: Rubric, text: str) -> None:
+    assert vetoes(rubric, text) == set()
+
+
+def test_unless_counts_only_inside_the_claims_clauses(rubric: Rubric) -> None:
+    assert vetoes(rubric, "DP 配合 ZeRO 才能降低每卡显存。") == set()
+    fired = score_answer(rubric, "q1", "DP 能降低每卡显存，ZeRO 则是另一回事。").vetoes
+    assert [v.id for v, _ in fired] == ["dp-cuts-memory"]
+    assert any("competing term" in r for r in fired[0][1].review)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["DP 主要是能降低每卡显存。", "只要是 DP，就能降低每卡显存。", "DP 需要是同步的，它能降低每卡显存。"],
+)
+def test_cues_are_whole_words(rubric: Rubric, text: str) -> None:
+    """要是 inside 主要是/只要是/需要是 is no condition: the claim stands."""
+    assert "dp-cuts-memory" in vetoes(rubric, text)
+
+
+def test_a_real_condition_still_suspends_the_claim(rubric: Rubric) -> None:
+    assert vetoes(rubric, "要是 DP 能降低每卡显存就好了。") == set()
+
+
+def test_a_formula_inside_a_longer_formula_does_not_match(rubric: Rubric) -> None:
+    assert vetoes(rubric, "环形 all-reduce 每卡发送 2(p-1)M/p 的数据。") == set()
+    assert "ring-volume" in key_points(rubric, "环形 all-reduce 每卡发送 2(p-1)M/p 的数据。")
+    assert "half-volume" in vetoes(rubric, "环形 all-reduce 每卡只发送 (p-1)M 的数据。")
+
+
+def test_numbers_glued_to_letters_match(rubric: Rubric) -> None:
+    assert "four-n" in key_points(rubric, "总共约4N次。")
+    assert "four-n" not in key_points(rubric, "总共约24N次。")
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("难道 DP 不能降低每卡显存吗？当然能。", True),
+        ("DP 能不能降低每卡显存？能。", True),
+        ("DP 能降低每卡显存吗？不能，每张卡都存着完整的一份。", False),
+        ("难道 DP 能降低每卡显存吗？", False),  # rhetorical: it cannot
+        ("难道 DP 不能降低每卡显存吗？", True),  # rhetorical: it can
+        ("DP 能降低每卡显存吗？", False),  # an open question asserts nothing
+    ],
+)
+def test_questions_take_the_polarity_of_their_answer(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+def test_a_vetoed_sentence_earns_no_key_point(rubric: Rubric) -> None:
+    honest = "每个副本都保存完整的参数、梯度和优化器状态。"
+    assert "full-copy" in key_points(rubric, honest)
+    mixed = "每个副本都保存完整的参数，所以 DP 能降低每卡显存。"
+    result = score_answer(rubric, "q1", mixed)
+    assert {v.id for v, _ in result.vetoes} == {"dp-cuts-memory"}
+    assert "full-copy" not in {k.id for k, _ in result.found}
+
+
+def test_a_negated_sentence_earns_no_key_point(rubric: Rubric) -> None:
+    assert "full-copy" not in key_points(rubric, "每个副本并不保存完整的参数。")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "D\u200bP 能降低每卡显存。",  # zero-width space inside the subject
+        "数据\u00ad并行能降低每卡显存。",  # soft hyphen
+        "D\u0420 能降低每卡显存。",  # Cyrillic Р for the Latin P
+        "D\u0420 可能能降低每卡显存。",  # a softener withdraws nothing
+        "有人说这是错的，但其实 DP 能降低每卡显存。",  # a fake refutation
+        "難道 DP 不能降低每卡顯存嗎？當然能。",  # Traditional, rhetorical
+    ],
+)
+def test_veto_dodges_fire(rubric: Rubric, text: str) -> None:
+    assert "dp-cuts-memory" in vetoes(rubric, text)
+
+
+def test_softened_and_topic_claims_are_flagged_for_review(rubric: Rubric) -> None:
+    fired = score_answer(rubric, "q1", "DP 大概能降低每卡显存。").vetoes
+    assert fired and fired[0][1].review and fired[0][1].review[0].startswith("softened")
+    topic = score_answer(rubric, "q1", "DP 的话，每张卡的显存会减少。").vetoes
+    assert "subject taken from an earlier clause" in topic[0][1].review
+    plain = score_answer(rubric, "q1", "DP 能降低每卡显存。")
+    assert plain.vetoes[0][1].review == ()
+    assert plain.as_dict()["vetoes"][0]["needs_review"] is False
+
+
+def test_a_malformed_claim_names_the_file_and_line(tmp_path: Path) -> None:
+    broken = RUBRIC.replace("          predicate: ['@reduce']\n", "", 1)
+    path = tmp_path / "rubric.yml"
+    path.write_text(broken, encoding="utf-8")
+    with pytest.raises(SourceError) as err:
+        load_rubric(path, "solutions/lesson99/rubric.yml")
+    assert "solutions/lesson99/rubric.yml:" in str(err.value)
+    assert "needs 'subject' and 'predicate'" in str(err.value)
