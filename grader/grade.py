@@ -136,7 +136,14 @@ class Grader:
             if res is None:
                 continue
             vetoes += [
-                {"id": v.id, "question": qid, "evidence": e.sentence, "message": f"{v.says}。{v.explain}"}
+                {
+                    "id": v.id,
+                    "question": qid,
+                    "evidence": e.sentence,
+                    "message": f"{v.says}。{v.explain}",
+                    "needs_review": bool(e.review),
+                    "review": list(e.review),
+                }
                 for v, e in res.vetoes
             ]
             suppressed += [

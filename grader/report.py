@@ -112,7 +112,7 @@ def _write_atomic(path: Path, text: str, encoding: str = "utf-8") -> Path:
 
 CSV_COLUMNS = [
     "student", "name", "file", "sha256", "lesson", "code", "q1", "q2", "q3", "total", "passed",
-    "vetoes", "errors", "overridden", "flags",
+    "vetoes", "needs_review", "errors", "overridden", "flags",
 ]  # fmt: skip
 
 
@@ -127,7 +127,7 @@ def gradebook_csv(results: list[dict[str, Any]]) -> str:
             r.get("student", ""), r.get("name", ""), r.get("file", ""), r.get("sha256", ""), r.get("lesson") or "",
             *(f"{points.get(k, 0):g}" for k in ("code", "q1", "q2", "q3")),
             f"{r['total']:g}", "yes" if r["passed"] else "no", ";".join(v["id"] for v in r["vetoes"]),
-            " | ".join(r.get("errors", [])), "yes" if r.get("overrides") else "no", " | ".join(r.get("flags", [])),
+            ";".join(v["id"] for v in r["vetoes"] if v.get("needs_review")), " | ".join(r.get("errors", [])), "yes" if r.get("overrides") else "no", " | ".join(r.get("flags", [])),
         ]  # fmt: skip
         writer.writerow([csv_cell(str(c)) for c in cells])
     return out.getvalue()
@@ -142,7 +142,7 @@ def table(results: list[dict[str, Any]]) -> str:
     rows = [["student", "name", "lesson", "code", "q1", "q2", "q3", "total", "passed", "vetoes / errors / file"]]
     for r in results:
         p = {i["id"]: i["points"] for i in r["items"]}
-        note = ", ".join(v["id"] for v in r["vetoes"]) or (
+        note = ", ".join(v["id"] + (" (review)" if v.get("needs_review") else "") for v in r["vetoes"]) or (
             r["errors"][0] if r.get("errors") else str(r.get("file", ""))
         )
         cells = [

@@ -217,3 +217,28 @@ def test_a_malformed_claim_names_the_file_and_line(tmp_path: Path) -> None:
         load_rubric(path, "solutions/lesson99/rubric.yml")
     assert "solutions/lesson99/rubric.yml:" in str(err.value)
     assert "needs 'subject' and 'predicate'" in str(err.value)
+
+
+def test_the_gradebook_lists_vetoes_that_need_review() -> None:
+    """Instructors find flagged vetoes in the CSV (and the terminal table) without opening each result."""
+    import csv
+    import io
+
+    from grader.report import gradebook_csv, table
+
+    veto = {"id": "dp-cuts-memory", "question": "q3", "evidence": "…", "message": "…"}
+    results = [
+        {
+            "student": s,
+            "lesson": "lesson04",
+            "total": 8.0,
+            "max": 10.0,
+            "passed": False,
+            "items": [],
+            "vetoes": [{**veto, "needs_review": flagged, "review": ["softened: 大概"] if flagged else []}],
+        }
+        for s, flagged in (("2026001", True), ("2026002", False))
+    ]
+    rows = list(csv.DictReader(io.StringIO(gradebook_csv(results))))
+    assert [r["needs_review"] for r in rows] == ["dp-cuts-memory", ""]
+    assert "dp-cuts-memory (review)" in table(results).splitlines()[2]
