@@ -46,6 +46,7 @@ MAX_ANSWER_CHARS = 3000
 MAX_HITS = 256  # matches of one term kept per sentence
 MAX_HEADS = 64  # head matches tried per pattern and sentence
 MAX_REGIONS = 16  # reported/refuted spans kept per sentence
+MAX_OPTIONS = 4  # statements kept per key point when each key point is given a statement of its own
 
 # --- student-facing notes (Chinese) ------------------------------------------------------------
 NOTE_TRUNCATED = "答案超过 {limit} 个字符，只评阅了前 {limit} 个字符，后面的内容没有计分。"
@@ -1084,12 +1085,15 @@ class _Hit:
     topic: bool = False  # the subject was taken from an earlier clause or sentence
 
 
-def _match(p: Pattern, answer: _Answer, i: int, allowed: tuple[str, ...]) -> tuple[_Hit | None, str | None]:
+def _match(
+    p: Pattern, answer: _Answer, i: int, allowed: tuple[str, ...], exclude: frozenset[int] = frozenset()
+) -> tuple[_Hit | None, str | None]:
     """Try a head-pattern on sentence i. Returns (hit, None) on a match, or (None, why-not).
 
     A claim (``subject`` set) binds the head to its subject: the subject must stand in the head's
     clause, or be the topic that an earlier clause of the sentence (or, with ``context``, the previous
-    sentence) set up. At most ``MAX_HEADS`` heads are tried; each costs a bisection per group.
+    sentence) set up. Heads in a clause listed in ``exclude`` (by its start) are passed over. At most
+    ``MAX_HEADS`` heads are tried; each costs a bisection per group.
     """
     assert p.head is not None
     s = answer.sentences[i]
@@ -1108,6 +1112,8 @@ def _match(p: Pattern, answer: _Answer, i: int, allowed: tuple[str, ...]) -> tup
     mask_ends = [b for _, b in masks]
     why: str | None = None
     for h0, h1 in heads[:MAX_HEADS]:
+        if exclude and _unit(s, h0) in exclude:
+            continue
         lo, hi = _clause(s.text, h0) if p.clause else (0, len(s.text))
         topic = False
         if p.subject is not None:
@@ -1173,22 +1179,85 @@ VETO_STATUSES = ("asserted",)
 
 def _find(patterns: list[Pattern], answer: _Answer, allowed: tuple[str, ...]) -> tuple[Evidence | None, str | None]:
     """The first match of any pattern in a sentence that may earn key points (see ``_Answer.barred``)."""
+    candidates, why = _candidates(patterns, answer, allowed, limit=1)
+    return (candidates[0][1] if candidates else None), why
+
+
+_Clause = tuple[int, int]  # (sentence index, start of the statement): one thing said
+
+# Connectives that start a new statement inside a clause, for students who write without commas.
+_CONNECTIVES = re.compile(r"所以|因为|因此|而且|并且|但是|但|然而|可是|然后|同时|否则|不然|这样|那么|于是|而")
+
+
+def _unit(s: Sentence, pos: int) -> int:
+    """Where the statement holding ``pos`` starts: its clause, cut again at connectives (所以, 而且...)."""
+    lo, _ = _clause(s.text, pos)
+    for m in _CONNECTIVES.finditer(s.text, lo, pos):
+        if _whole(m, s.bounds):
+            lo = m.start()
+    return lo
+
+
+def _candidates(
+    patterns: list[Pattern], answer: _Answer, allowed: tuple[str, ...], limit: int = MAX_HEADS
+) -> tuple[list[tuple[_Clause | None, Evidence]], str | None]:
+    """Every clause where the patterns match (a count over the whole answer has no clause), up to ``limit``,
+    and why the nearest miss failed. A sentence where a veto fired, or that may not earn key points, is skipped."""
+    out: list[tuple[_Clause | None, Evidence]] = []
     why: str | None = None
     for p in patterns:
         if p.at_least:
             ev = _count(p, answer, allowed)
             if ev:
-                return ev, None
+                out.append((None, ev))
+            if len(out) >= limit:
+                return out, None
             continue
         for s in answer.sentences:
             if s.index in answer.vetoed:
                 continue  # a sentence that states a misconception earns nothing
-            hit, reason = _match(p, answer, s.index, allowed)
-            if hit and answer.passes(s.index):
-                return _evidence(s, *hit.head), None
-            if reason and why is None:
-                why = f"{reason}: {s.original}"
-    return None, why
+            taken: set[int] = {c for (i, c), _ in ((c, e) for c, e in out if c is not None) if i == s.index}
+            while len(out) < limit:
+                hit, reason = _match(p, answer, s.index, allowed, frozenset(taken))
+                if reason and why is None:
+                    why = f"{reason}: {s.original}"
+                if hit is None or not answer.passes(s.index):
+                    break
+                clause = _unit(s, hit.head[0])
+                taken.add(clause)
+                out.append(((s.index, clause), _evidence(s, *hit.head)))
+            if len(out) >= limit:
+                return out, None
+    return out, (None if out else why)
+
+
+def _assign(options: list[list[tuple[_Clause | None, Evidence]]]) -> list[Evidence | None]:
+    """Give each key point a clause of its own (a maximum bipartite matching, Kuhn's algorithm).
+
+    One clause states one thing: a single sentence strung from the rubric's words cannot collect every
+    key point at once, while an answer that states each point somewhere gets them all. A count over
+    the whole answer (``at_least``) needs no clause of its own.
+    """
+    owner: dict[_Clause, int] = {}
+    chosen: list[int | None] = [None] * len(options)
+
+    def place(k: int, seen: set[_Clause]) -> bool:
+        for n, (clause, _) in enumerate(options[k]):
+            if clause is None:
+                chosen[k] = n
+                return True
+            if clause in seen:
+                continue
+            seen.add(clause)
+            if clause not in owner or place(owner[clause], seen):
+                owner[clause] = k
+                chosen[k] = n
+                return True
+        return False
+
+    for k in range(len(options)):
+        place(k, set())
+    return [options[k][n][1] if n is not None else None for k, n in enumerate(chosen)]
 
 
 def find(
@@ -1228,14 +1297,18 @@ def score_answer(rubric: Rubric, question: str, text: str, question_text: str | 
     found: list[tuple[KeyPoint, Evidence]] = []
     missing: list[KeyPoint] = []
     lost: set[str] = set()  # why a barred sentence cost a key point
+    options: list[list[tuple[_Clause | None, Evidence]]] = []
+    skipped: list[set[str]] = []
     for kp in rubric.key_points[question]:
         answer.skipped.clear()
-        kev, _ = _find(kp.patterns, answer, KEY_POINT_STATUSES)
+        options.append(_candidates(kp.patterns, answer, KEY_POINT_STATUSES, limit=MAX_OPTIONS)[0])
+        skipped.append(set(answer.skipped))
+    for kp, kev, why in zip(rubric.key_points[question], _assign(options), skipped):
         if kev:
             found.append((kp, kev))
         else:
             missing.append(kp)
-            lost |= answer.skipped
+            lost |= why
     notes += [note for why, note in (("list", NOTE_LIST), ("copied", NOTE_COPIED)) if why in lost]
     points = min(QUESTION_POINTS, round(sum(k.points for k, _ in found), 2))
     return AnswerResult(question, points, float(QUESTION_POINTS), found, missing, fired, suppressed, notes)
