@@ -977,6 +977,7 @@ def _prose_exceptions(raw: Any, veto_ids: set[str], ld: _Loader) -> list[ProseEx
 
 # --- matching ----------------------------------------------------------------------------------
 Span = tuple[int, int]
+_Clause = tuple[int, int]  # (sentence index, start of the statement): one thing said
 
 
 class _Answer:
@@ -1035,6 +1036,20 @@ class _Answer:
             spans = [sp for rx in self._terms for sp in self.hits(i, rx)]
             self._bare[i] = _bare_terms(self.sentences[i].text, spans)
         return self._bare[i]
+
+    def unit(self, i: int, pos: int) -> int:
+        """Where the statement holding ``pos`` in sentence i starts: its clause, cut again at connectives
+        (所以, 而且...) for students who write without commas, unless the connective is (part of) one of the
+        rubric's terms (同时 in 计算的同时发起通信 names overlap, it does not start a new statement)."""
+        s = self.sentences[i]
+        lo, _ = _clause(s.text, pos)
+        cuts = [m for m in _CONNECTIVES.finditer(s.text, lo, pos) if _whole(m, s.bounds)]
+        if cuts:
+            inside = [sp for rx in self._terms for sp in self.hits(i, rx)]
+            for m in cuts:
+                if not any(a <= m.start() and m.end() <= b for a, b in inside):
+                    lo = m.start()
+        return lo
 
     def passes(self, i: int, lists_allowed: bool = False) -> bool:
         """May sentence i earn a key point? If not, remember why (for the student's note)."""
@@ -1112,7 +1127,7 @@ def _match(
     mask_ends = [b for _, b in masks]
     why: str | None = None
     for h0, h1 in heads[:MAX_HEADS]:
-        if exclude and _unit(s, h0) in exclude:
+        if exclude and answer.unit(i, h0) in exclude:
             continue
         lo, hi = _clause(s.text, h0) if p.clause else (0, len(s.text))
         topic = False
@@ -1151,26 +1166,33 @@ def _polarity_negative(s: Sentence, h0: int, h1: int, masks: tuple[Span, ...] = 
     return not neg if s.answered == "flip" else neg
 
 
-def _count(p: Pattern, answer: _Answer, allowed: tuple[str, ...]) -> Evidence | None:
-    """Count the pattern's groups named anywhere in the answer (``at_least``).
+def _count(p: Pattern, answer: _Answer, allowed: tuple[str, ...]) -> tuple[Evidence | None, _Clause | None]:
+    """Count the pattern's groups named anywhere in the answer (``at_least``); also the statement where
+    the first of them is named, which the key point then occupies (see ``_assign``).
 
     Naming several things may be done in a list (- ZeRO - TP - PP), so a list sentence counts
     unless a group relates words (a gap between them, zero-1[^。]{0,30}优化器): that needs a statement.
     """
     relational = any(_GAP.search(g.pattern) for g in p.groups)
-    hits: dict[int, Sentence] = {}
+    hits: dict[int, tuple[Sentence, int]] = {}
     for gi, g in enumerate(p.groups):
         for s in answer.sentences:
-            if any(
-                not _polarity_negative(s, a, b) and _status_at(s, a) in allowed
-                for a, b in answer.hits(s.index, g)[:MAX_HEADS]
-            ) and answer.passes(s.index, lists_allowed=not relational):
-                hits[gi] = s
+            at = next(
+                (
+                    a
+                    for a, b in answer.hits(s.index, g)[:MAX_HEADS]
+                    if not _polarity_negative(s, a, b) and _status_at(s, a) in allowed
+                ),
+                None,
+            )
+            if at is not None and answer.passes(s.index, lists_allowed=not relational):
+                hits[gi] = (s, at)
                 break
     if len(hits) < p.at_least:
-        return None
-    used = sorted({s.index: s for s in hits.values()}.values(), key=lambda s: s.index)
-    return Evidence(" … ".join(s.original for s in used), 0, 0)
+        return None, None
+    used = sorted({s.index: s for s, _ in hits.values()}.values(), key=lambda s: s.index)
+    s0, a0 = min(hits.values(), key=lambda h: (h[0].index, h[1]))
+    return Evidence(" … ".join(s.original for s in used), 0, 0), (s0.index, answer.unit(s0.index, a0))
 
 
 KEY_POINT_STATUSES = ("asserted", "hedged")
@@ -1183,19 +1205,8 @@ def _find(patterns: list[Pattern], answer: _Answer, allowed: tuple[str, ...]) ->
     return (candidates[0][1] if candidates else None), why
 
 
-_Clause = tuple[int, int]  # (sentence index, start of the statement): one thing said
-
 # Connectives that start a new statement inside a clause, for students who write without commas.
 _CONNECTIVES = re.compile(r"所以|因为|因此|而且|并且|但是|但|然而|可是|然后|同时|否则|不然|这样|那么|于是|而")
-
-
-def _unit(s: Sentence, pos: int) -> int:
-    """Where the statement holding ``pos`` starts: its clause, cut again at connectives (所以, 而且...)."""
-    lo, _ = _clause(s.text, pos)
-    for m in _CONNECTIVES.finditer(s.text, lo, pos):
-        if _whole(m, s.bounds):
-            lo = m.start()
-    return lo
 
 
 def _candidates(
@@ -1207,9 +1218,9 @@ def _candidates(
     why: str | None = None
     for p in patterns:
         if p.at_least:
-            ev = _count(p, answer, allowed)
+            ev, first = _count(p, answer, allowed)
             if ev:
-                out.append((None, ev))
+                out.append((first, ev))
             if len(out) >= limit:
                 return out, None
             continue
@@ -1223,7 +1234,7 @@ def _candidates(
                     why = f"{reason}: {s.original}"
                 if hit is None or not answer.passes(s.index):
                     break
-                clause = _unit(s, hit.head[0])
+                clause = answer.unit(s.index, hit.head[0])
                 taken.add(clause)
                 out.append(((s.index, clause), _evidence(s, *hit.head)))
             if len(out) >= limit:

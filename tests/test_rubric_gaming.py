@@ -206,3 +206,21 @@ def test_hidden_markup_leaves_the_offsets_pointing_into_the_students_text():
 @pytest.mark.parametrize("text", ["x<y 而 z>w", "a < b 且 b > c", "列表 [1, 2] 和 [3]", "<3 次"])
 def test_text_that_only_looks_like_markup_is_kept(text):
     assert normalise(text) == text.lower()
+
+
+# --- sentences strung from the key points' words -----------------------------------------------
+GLUE = ["的", "会", "是", "在", "把", "和", "能", "要", "被", "与"]
+
+
+@pytest.mark.parametrize("slug, qid", CASES)
+def test_a_grammatical_sentence_strung_from_the_key_point_terms_earns_at_most_half_a_point(slug, qid):
+    """ "A 的 B 会 C 是 D…": every key point's words, glued with function words into one statement.
+
+    One statement earns at most one key point (``_assign``), so this scores like a single key point.
+    """
+    rubric = RUBRICS[slug]
+    words = key_point_terms(rubric, qid)
+    for shift in range(3):
+        sentence = "".join(f"{w}{GLUE[(n + shift) % len(GLUE)]}" for n, w in enumerate(words)) + "。"
+        res = score_answer(rubric, qid, sentence)
+        assert res.points <= 0.5, (sentence, [k.id for k, _ in res.found])
