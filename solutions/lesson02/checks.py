@@ -1,8 +1,10 @@
 """Hidden tests for lesson 2 (激活重计算与梯度累积). Points add up to 4.
 
-Inputs are drawn per submission from ``rng`` wherever that makes sense, so a function that
-returns memorised outputs fails. Expected values are computed here by hand (the activation
-formulas, the full-batch gradient of the MSE loss) rather than taken from the student's logic.
+Every check draws inputs from ``rng`` at grading time, shaped like the page's examples (the same
+model sizes, d = 3 features and normal data as in the selfcheck), so that neither a function that
+only knows the page's examples nor one that recognises a hidden check by its inputs earns a point.
+Expected values are computed here by hand (the activation formulas, the full-batch gradient of the
+MSE loss) rather than taken from the student's logic.
 Every check that expects a ValueError first makes a valid call, so an untouched notebook (whose
 blanks are reached before any result) cannot pass it.
 """
@@ -17,12 +19,13 @@ def _act(s, b, h, a, layers, mode):
     return layers * per_layer
 
 
-def _config(rng):
+def _config(rng, batch=None):
+    """(s, b, h, a, L) of a GPT-like model, drawn around the page's 7B example."""
     heads = rng.choice([8, 12, 16, 32, 40, 64, 96])
     head_dim = rng.choice([64, 80, 128])
     return (
-        rng.choice([256, 1000, 2048, 3000, 4096, 8192]),
-        rng.randint(1, 8),
+        rng.choice([512, 1024, 2048, 4096, 8192, 16384]),
+        rng.randint(1, 8) if batch is None else batch,
         heads * head_dim,
         heads,
         rng.randint(1, 96),
@@ -31,7 +34,7 @@ def _config(rng):
 
 def _data(rng, n, d):
     X = [[rng.gauss(0.0, 1.0) for _ in range(d)] for _ in range(n)]
-    y = [rng.gauss(0.0, 2.0) for _ in range(n)]
+    y = [rng.gauss(0.0, 1.0) for _ in range(n)]
     w = [rng.gauss(0.0, 1.0) for _ in range(d)]
     return X, y, w
 
@@ -47,12 +50,17 @@ def _grad_ok(student, X, y, w, mbs):
 
 
 @check(points=0.5)
-def act_lesson_example(student):
-    """activation_memory：课文中的 7B 级配置（s=4096, b=1, h=4096, a=32, L=32）三种模式分别为 97、17、1 GiB，返回 int"""
+def act_lesson_example(student, rng):
+    """activation_memory：课文中的 7B 级配置（s=4096, b=1, h=4096, a=32, L=32）三种模式分别为 97、17、1 GiB，另一个 b=1 的配置也要对，返回 int"""
     gib = 2**30
     for mode, expected in (("none", 97 * gib), ("selective", 17 * gib), ("full", gib)):
         got = student.call("activation_memory", 4096, 1, 4096, 32, 32, mode)
         if type(got) is not int or got != expected:
+            return False
+    s, b, h, a, layers = _config(rng, batch=1)
+    for mode in rng.sample(["none", "selective", "full"], 3):
+        got = student.call("activation_memory", s, b, h, a, layers, mode)
+        if type(got) is not int or got != _act(s, b, h, a, layers, mode):
             return False
     return True
 
@@ -104,8 +112,8 @@ def steps_errors(student, rng):
 @check(points=0.5)
 def grad_even(student, rng):
     """accumulated_grad：micro-batch 大小相等时，结果等于全 batch 梯度"""
-    for _ in range(2):
-        mbs, k, d = rng.randint(2, 8), rng.randint(2, 6), rng.randint(1, 6)
+    for d in (3, rng.randint(1, 6)):
+        mbs, k = rng.randint(2, 8), rng.randint(2, 6)
         X, y, w = _data(rng, mbs * k, d)
         if not _grad_ok(student, X, y, w, mbs):
             return False
@@ -115,7 +123,7 @@ def grad_even(student, rng):
 @check(points=0.75)
 def grad_uneven(student, rng):
     """accumulated_grad：最后一个 micro-batch 较小时，按样本数加权后仍等于全 batch 梯度"""
-    X, y, w = _data(rng, 10, rng.randint(2, 5))
+    X, y, w = _data(rng, 10, 3)
     if not _grad_ok(student, X, y, w, 4):
         return False
     for _ in range(2):
@@ -130,14 +138,14 @@ def grad_uneven(student, rng):
 @check(points=0.25)
 def grad_edge_sizes(student, rng):
     """accumulated_grad：mbs = 1（每个样本一块）和 mbs > n（只有一块）时都等于全 batch 梯度"""
-    X, y, w = _data(rng, rng.randint(3, 9), rng.randint(1, 4))
+    X, y, w = _data(rng, rng.randint(3, 12), 3)
     return _grad_ok(student, X, y, w, 1) and _grad_ok(student, X, y, w, len(y) + rng.randint(1, 5))
 
 
 @check(points=0.25)
 def grad_errors(student, rng):
     """accumulated_grad：mbs 不是正整数、y 或 w 的形状不对时抛出 ValueError"""
-    n, d = rng.randint(4, 9), rng.randint(2, 4)
+    n, d = rng.randint(4, 12), 3
     X, y, w = _data(rng, n, d)
     if not _grad_ok(student, X, y, w, 3):
         return False

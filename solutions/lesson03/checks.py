@@ -1,6 +1,8 @@
 """Hidden tests for lesson 3 (分布式通信原语). Points add up to 4.
 
-Inputs are drawn per submission from ``rng``, so memorised outputs fail. Expected values are
+Every check draws inputs from ``rng`` at grading time, shaped like the page's examples (whole-number
+arrays, round message sizes and link figures), so that neither a function that only knows the page's
+examples nor one that recognises a hidden check by its inputs earns a point. Expected values are
 computed by hand here (np.sum over ranks, np.array_split chunk sizes, the α–β formulas) or, for
 whole structures, taken from the lesson's reference solution (``ref``) converted to plain data.
 """
@@ -26,7 +28,22 @@ def _plain(x):
 
 
 def _arrays(rng, p, n):
-    return [[round(rng.uniform(-10.0, 10.0), 3) for _ in range(n)] for _ in range(p)]
+    """p arrays of n whole numbers, like the page's example (whose sums are easy to check by hand)."""
+    scale = rng.choice([1, 10, 100])
+    return [[float(scale * rng.randint(-99, 99)) for _ in range(n)] for _ in range(p)]
+
+
+def _link(rng):
+    """Message size in bytes and α, β of a real link: round figures like the page's 1 GB, 10 μs, 100 GB/s."""
+    size = rng.choice([rng.randint(1, 1024) * 2**20, rng.randint(1, 64) * 10 ** rng.randint(6, 9)])
+    alpha = rng.choice([1e-6, 2e-6, 3e-6, 5e-6, 1e-5, 2e-5, 5e-5])
+    beta = rng.choice([1.25e10, 2.5e10, 5e10, 1e11, 2e11, 4e11, 4.5e11])
+    return float(size), alpha, beta
+
+
+def _ranks(rng):
+    """A number of ranks as clusters have them: a power of two or a few nodes of 8."""
+    return rng.choice([2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 24, 48, 96, 6, 12])
 
 
 def _call_arrays(student, name, arrays):
@@ -74,7 +91,7 @@ def ag_concat_and_counts(student, rng, ref):
     p = rng.randint(2, 8)
     lengths = [rng.randint(0, 4) for _ in range(p)]
     lengths[rng.randrange(p)] = rng.randint(1, 4)
-    pieces = [[round(rng.uniform(-5.0, 5.0), 3) for _ in range(k)] for k in lengths]  # pieces[c] 是第 c 块
+    pieces = [[float(rng.randint(-9999, 9999)) for _ in range(k)] for k in lengths]  # pieces[c] 是第 c 块
     chunks = [pieces[(r + 1) % p] for r in range(p)]
     got = student.call("ring_all_gather", [ndarray(c, "float64") for c in chunks])
     full = [v for c in range(p) for v in pieces[c]]
@@ -110,11 +127,19 @@ def ar_sent_even(student, rng):
 
 
 @check(points=0.25)
-def ar_single_rank(student, rng):
-    """ring_all_reduce：p = 1 时结果就是输入本身，0 步，什么也不发送"""
+def ar_single_rank(student, rng, ref):
+    """ring_all_reduce：p = 1 时结果就是输入本身，0 步，什么也不发送；p > 1 时照常求和"""
     arrays = _arrays(rng, 1, rng.randint(1, 9))
     got = _call_arrays(student, "ring_all_reduce", arrays)
-    return close(got, {"arrays": arrays, "steps": 0, "sent": [0]})
+    if not close(got, {"arrays": arrays, "steps": 0, "sent": [0]}):
+        return False
+    arrays = _arrays(rng, rng.randint(2, 8), rng.randint(1, 12))
+    return close(
+        _call_arrays(student, "ring_all_reduce", arrays),
+        _plain(ref.ring_all_reduce([np.array(a) for a in arrays])),
+        rel=1e-9,
+        abs_tol=1e-9,
+    )
 
 
 @check(points=0.25)
@@ -140,10 +165,8 @@ def time_ring(student, rng):
     if not close(student.call("allreduce_time", 8, 1e9, 1e-5, 1e11, "ring"), 0.01764, rel=1e-9):
         return False
     for _ in range(3):
-        p = rng.randint(2, 1024)
-        M = rng.uniform(1e3, 4e9)
-        a = rng.uniform(1e-6, 5e-5)
-        b = rng.uniform(1e10, 4e11)
+        p = _ranks(rng)
+        M, a, b = _link(rng)
         want = 2 * (p - 1) * a + 2 * (p - 1) / p * M / b
         if not close(student.call("allreduce_time", p, M, a, b, "ring"), want, rel=1e-9):
             return False
@@ -155,10 +178,8 @@ def time_tree(student, rng):
     """allreduce_time：二项树 2·ceil(log2 p)·(α + M/β)，含 p 不是 2 的幂的情况"""
     if not close(student.call("allreduce_time", 8, 1e9, 1e-5, 1e11, "tree"), 0.06006, rel=1e-9):
         return False
-    for p in (rng.choice([3, 5, 6, 7, 12, 100, 1000]), rng.choice([2, 16, 64, 512])):
-        M = rng.uniform(1e3, 4e9)
-        a = rng.uniform(1e-6, 5e-5)
-        b = rng.uniform(1e10, 4e11)
+    for p in (rng.choice([3, 5, 6, 7, 12, 24, 48, 96, 100, 1000]), rng.choice([2, 16, 64, 512])):
+        M, a, b = _link(rng)
         want = 2 * math.ceil(math.log2(p)) * (a + M / b)
         if not close(student.call("allreduce_time", p, M, a, b, "tree"), want, rel=1e-9):
             return False
@@ -166,16 +187,18 @@ def time_tree(student, rng):
 
 
 @check(points=0.25)
-def time_single_rank_and_crossover(student, rng):
+def time_single_rank_and_crossover(student, rng, ref):
     """allreduce_time：p = 1 时两种算法都是 0；小消息、大 p 时树形更快，大消息时环形更快"""
     for algo in ("ring", "tree"):
-        if not close(student.call("allreduce_time", 1, rng.uniform(1e6, 1e9), 1e-5, 1e11, algo), 0.0):
+        if not close(student.call("allreduce_time", 1, _link(rng)[0], 1e-5, 1e11, algo), 0.0):
             return False
     p = rng.choice([256, 512, 1024])
-    small = rng.uniform(1e4, 1e6)
-    big = rng.uniform(1e9, 4e9)
-    ring_s = student.call("allreduce_time", p, small, 1e-5, 1e11, "ring")
-    tree_s = student.call("allreduce_time", p, small, 1e-5, 1e11, "tree")
-    ring_b = student.call("allreduce_time", p, big, 1e-5, 1e11, "ring")
-    tree_b = student.call("allreduce_time", p, big, 1e-5, 1e11, "tree")
-    return tree_s < ring_s and ring_b < tree_b
+    small = float(rng.randint(16, 1024) * 2**10)
+    big = float(rng.randint(1, 4) * 10**9)
+    times = {}
+    for size in (small, big):
+        for algo in ("ring", "tree"):
+            times[size, algo] = student.call("allreduce_time", p, size, 1e-5, 1e11, algo)
+            if not close(times[size, algo], ref.allreduce_time(p, size, 1e-5, 1e11, algo), rel=1e-9):
+                return False
+    return times[small, "tree"] < times[small, "ring"] and times[big, "ring"] < times[big, "tree"]

@@ -1,6 +1,9 @@
 """Hidden tests for lesson 5 (ZeRO 与 FSDP). Points add up to 4.
 
-Inputs are drawn per submission from ``rng`` wherever that makes sense, so memorised outputs fail.
+Every check draws inputs from ``rng`` at grading time, shaped like the page's examples (round or
+real-looking parameter counts, GPU counts as clusters have them, round AdamW hyperparameters), so
+that neither a function that only knows the page's examples nor one that recognises a hidden check
+by its inputs earns a point.
 Expected values are hand-computed (the paper's 7.5B / N = 64 example, the 2Ψ/3Ψ convention) or come
 from an AdamW written here independently of the lesson's solution, so that a mistake in the
 reference and the same mistake in a submission cannot agree with each other.
@@ -34,14 +37,28 @@ def _adamw(p, g, m, v, t, lr, b1, b2, eps, wd):
 
 
 def _hyper(rng):
+    """AdamW hyperparameters as training recipes write them: round figures, like the page's."""
     return {
         "step": rng.randint(1, 2000),
-        "lr": rng.choice([1e-4, 3e-4, 1e-3, 1e-2]) * rng.uniform(0.5, 2.0),
-        "beta1": rng.uniform(0.8, 0.95),
-        "beta2": rng.uniform(0.95, 0.9999),
-        "eps": rng.choice([1e-8, 1e-6]),
-        "weight_decay": rng.choice([0.0, 0.01, 0.1]) * rng.uniform(0.5, 1.5),
+        "lr": rng.choice([1e-4, 2e-4, 3e-4, 6e-4, 1e-3, 3e-3, 1e-2]),
+        "beta1": rng.choice([0.8, 0.85, 0.9, 0.95]),
+        "beta2": rng.choice([0.95, 0.98, 0.99, 0.995, 0.999, 0.9999]),
+        "eps": rng.choice([1e-8, 1e-6, 1e-5]),
+        "weight_decay": rng.choice([0.0, 0.01, 0.05, 0.1]),
     }
+
+
+def _psi(rng):
+    """A parameter count: a round size like the paper's 7.5B, or an exact count of a real-looking model."""
+    if rng.random() < 0.5:
+        return rng.choice([0.35, 1.3, 1.5, 2.7, 6.7, 7.5, 13.0, 30.0, 65.0, 70.0, 175.0]) * 1e9
+    h = 256 * rng.randint(4, 48)
+    return float(rng.choice([12, 24, 32, 40, 48, 80]) * 12 * h * h + rng.choice([32000, 50257, 128256]) * h)
+
+
+def _gpus(rng):
+    """A data-parallel degree as clusters have them: mostly powers of two, sometimes a few nodes of 8."""
+    return rng.choice([2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 24, 48, 96, 384])
 
 
 def _state(rng, length):
@@ -66,35 +83,36 @@ def _sizes(length, n):
 
 
 @check(points=0.5)
-def memory_paper_example(student):
-    """zero_memory_per_gpu：论文中 7.5B 参数、N = 64 的例子（各阶段四项字节数）"""
+def memory_paper_example(student, rng):
+    """zero_memory_per_gpu：论文中 7.5B 参数、N = 64 的例子（各阶段四项字节数），以及另一个模型与卡数"""
     psi, n = 7.5e9, 64
     totals = [1.2e11, 3.140625e10, 1.6640625e10, 1.875e9]
     for stage, total in zip(STAGES, totals):
         got = student.call("zero_memory_per_gpu", psi, n, stage)
         if not close(got, _memory(psi, n, stage)) or not close(got["total"], total):
             return False
-    return True
+    psi, n = _psi(rng), rng.choice([8, 16, 32, 128, 256, 512, 1024])
+    return all(close(student.call("zero_memory_per_gpu", psi, n, s), _memory(psi, n, s)) for s in STAGES)
 
 
 @check(points=0.5)
 def memory_random(student, rng):
     """zero_memory_per_gpu：随机的 Ψ 与 N，各阶段的参数、梯度、优化器状态与合计；N = 1 时各阶段相同"""
-    for _ in range(4):
-        psi = rng.randint(10**6, 2 * 10**11)
-        n = rng.randint(2, 4096)
+    for i in range(4):
+        psi = _psi(rng)
+        n = rng.choice([8, 64, 512]) if i == 0 else _gpus(rng)
         for stage in STAGES:
             if not close(student.call("zero_memory_per_gpu", psi, n, stage), _memory(psi, n, stage)):
                 return False
-    psi = rng.randint(10**6, 10**10)
+    psi = _psi(rng)
     return all(close(student.call("zero_memory_per_gpu", psi, 1, s), _memory(psi, 1, 0)) for s in STAGES)
 
 
 @check(points=0.25)
 def memory_validation(student, rng):
     """zero_memory_per_gpu：stage 不在 0–3 或 n < 1 时抛出 ValueError，合法输入照常计算"""
-    psi = rng.randint(10**6, 10**10)
-    if not close(student.call("zero_memory_per_gpu", psi, 8, 2), _memory(psi, 8, 2)):
+    psi, n = _psi(rng), rng.choice([8, 16, 32, 128, 256, 512, 1024])
+    if not close(student.call("zero_memory_per_gpu", psi, n, 2), _memory(psi, n, 2)):
         return False
     return (
         raises_value_error(student, "zero_memory_per_gpu", psi, 8, 4)
@@ -106,29 +124,30 @@ def memory_validation(student, rng):
 @check(points=0.5)
 def comm_convention(student, rng):
     """zero_comm_elements：忽略 (N-1)/N 时 DP、ZeRO-1、ZeRO-2 为 2Ψ，ZeRO-3 为 3Ψ（1.5 倍）"""
-    psi = float(rng.randint(10**6, 10**11))
-    for stage in STAGES:
-        ag = 2 * psi if stage == 3 else psi
-        if not close(
-            student.call("zero_comm_elements", psi, stage), {"reduce_scatter": psi, "all_gather": ag, "total": psi + ag}
-        ):
-            return False
+    for psi in (rng.choice([1.3, 7.5, 13.0, 70.0]) * 1e9, _psi(rng)):
+        for stage in STAGES:
+            ag = 2 * psi if stage == 3 else psi
+            if not close(
+                student.call("zero_comm_elements", psi, stage),
+                {"reduce_scatter": psi, "all_gather": ag, "total": psi + ag},
+            ):
+                return False
     return True
 
 
 @check(points=0.25)
 def comm_with_n(student, rng):
     """zero_comm_elements：给出 n 时乘以 (n-1)/n，n = 1 时为 0；非法 stage 或 n 抛出 ValueError"""
-    psi = float(rng.randint(10**6, 10**11))
-    n = rng.randint(2, 1024)
-    f = (n - 1) / n
-    for stage in STAGES:
-        ag = (2 if stage == 3 else 1) * psi * f
-        if not close(
-            student.call("zero_comm_elements", psi, stage, n),
-            {"reduce_scatter": psi * f, "all_gather": ag, "total": psi * f + ag},
-        ):
-            return False
+    for psi in (rng.choice([1.3, 7.5, 13.0, 70.0]) * 1e9, _psi(rng)):
+        n = _gpus(rng)
+        f = (n - 1) / n
+        for stage in STAGES:
+            ag = (2 if stage == 3 else 1) * psi * f
+            if not close(
+                student.call("zero_comm_elements", psi, stage, n),
+                {"reduce_scatter": psi * f, "all_gather": ag, "total": psi * f + ag},
+            ):
+                return False
     if not close(
         student.call("zero_comm_elements", psi, 3, 1), {"reduce_scatter": 0.0, "all_gather": 0.0, "total": 0.0}
     ):

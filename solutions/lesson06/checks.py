@@ -1,7 +1,9 @@
 """Hidden tests for lesson 6 (张量并行 TP). Points add up to 4.
 
 Shapes and values are drawn per submission from ``rng`` (including dimensions that t does not
-divide and t larger than the split dimension), so memorised outputs fail. Expected values come
+divide and t larger than the split dimension), with normal entries like the page's and realistic
+model sizes, so that neither a function that only knows the page's examples nor one that
+recognises a hidden check by its inputs earns a point. Expected values come
 from the reference solution (``ref``), from a dense numpy computation done here, or from the
 byte formulas written out by hand.
 """
@@ -14,7 +16,8 @@ TOL = dict(rel=1e-9, abs_tol=1e-9)
 
 
 def _mat(rng, rows, cols):
-    return np.array([[rng.uniform(-1.0, 1.0) for _ in range(cols)] for _ in range(rows)], dtype=np.float64)
+    """Standard normal entries, as the page's np.random.default_rng(0).normal draws them."""
+    return np.array([[rng.gauss(0.0, 1.0) for _ in range(cols)] for _ in range(rows)], dtype=np.float64)
 
 
 def _arr(a):
@@ -83,16 +86,18 @@ def row_partials_and_output(student, rng, ref):
 @check(points=0.25)
 def row_more_ranks_than_rows(student, rng):
     """row_parallel_linear：t 大于输入维时，多出的 rank 部分和为全零，输出仍等于 X @ W"""
-    d_in = rng.randint(1, 3)
-    t = d_in + rng.randint(1, 3)
-    n, d_out = rng.randint(1, 4), rng.randint(2, 5)
-    X, W = _mat(rng, n, d_in), _mat(rng, d_in, d_out)
-    got = student.call("row_parallel_linear", _arr(X), _arr(W), t)
-    assert len(got["partials"]) == t
-    zeros = [[0.0] * d_out for _ in range(n)]
-    if not all(close(p, zeros) for p in got["partials"][d_in:]):
-        return False
-    return close(got["output"], (X @ W).tolist(), **TOL)
+    for d_in, n in ((rng.randint(1, 3), rng.randint(1, 4)), (rng.randint(2, 4), rng.randint(3, 6))):
+        t = d_in + rng.randint(1, 3)
+        d_out = rng.randint(2, 5)
+        X, W = _mat(rng, n, d_in), _mat(rng, d_in, d_out)
+        got = student.call("row_parallel_linear", _arr(X), _arr(W), t)
+        assert len(got["partials"]) == t
+        zeros = [[0.0] * d_out for _ in range(n)]
+        if not all(close(p, zeros) for p in got["partials"][d_in:]):
+            return False
+        if not close(got["output"], (X @ W).tolist(), **TOL):
+            return False
+    return True
 
 
 @check(points=0.75)
@@ -138,25 +143,37 @@ def _expected_comm(b, s, h, t, nbytes):
     }
 
 
+def _layer(rng):
+    """(b, s, h, t, bytes per element) of a real training run; b = 1 and bf16 as often as the page uses them."""
+    return (
+        rng.choice([1, 1, 2, 4, 8, 16]),
+        rng.choice([512, 1024, 2048, 4096, 8192, 16384]),
+        rng.choice([768, 1024, 2048, 2560, 4096, 5120, 8192, 12288]),
+        rng.choice([2, 4, 8, 16]),
+        rng.choice([1, 2, 2, 4]),
+    )
+
+
 @check(points=0.25)
-def comm_lesson_example(student):
-    """tp_comm_per_layer：课文中的例子（b = 1，s = h = 4096，bf16，t = 8）"""
+def comm_lesson_example(student, rng):
+    """tp_comm_per_layer：课文中的例子（b = 1，s = h = 4096，bf16，t = 8）和另一组形状"""
     exp = {
         "allreduces_forward": 2,
         "allreduces_backward": 2,
         "bytes_per_allreduce": 33554432,
         "bytes_sent_per_rank_per_step": 234881024.0,
     }
-    return close(student.call("tp_comm_per_layer", 1, 4096, 4096, 8, 2), exp)
+    if not close(student.call("tp_comm_per_layer", 1, 4096, 4096, 8, 2), exp):
+        return False
+    b, s, h, t, nbytes = _layer(rng)
+    return close(student.call("tp_comm_per_layer", b, s, h, t, nbytes), _expected_comm(b, s, h, t, nbytes), rel=1e-9)
 
 
 @check(points=0.5)
 def comm_random(student, rng):
     """tp_comm_per_layer：随机的 b、s、h、t 与每元素字节数下，次数与字节数公式正确"""
     for _ in range(3):
-        b, s = rng.randint(1, 16), rng.choice([512, 1000, 2048, 4096, 8192])
-        h, t = rng.choice([768, 1000, 2048, 5120, 8192]), rng.choice([2, 3, 4, 6, 8])
-        nbytes = rng.choice([1, 2, 4])
+        b, s, h, t, nbytes = _layer(rng)
         got = student.call("tp_comm_per_layer", b, s, h, t, nbytes)
         if not close(got, _expected_comm(b, s, h, t, nbytes), rel=1e-9):
             return False
@@ -165,6 +182,8 @@ def comm_random(student, rng):
 
 @check(points=0.25)
 def comm_single_rank(student, rng):
-    """tp_comm_per_layer：t = 1 时没有任何 TP 通信，四个值都为 0"""
-    b, s, h = rng.randint(1, 8), rng.choice([1024, 4096]), rng.choice([2048, 4096])
-    return close(student.call("tp_comm_per_layer", b, s, h, 1, 2), _expected_comm(b, s, h, 1, 2))
+    """tp_comm_per_layer：t = 1 时没有任何 TP 通信，四个值都为 0；同样的形状 t > 1 时照常计算"""
+    b, s, h, t, nbytes = _layer(rng)
+    if not close(student.call("tp_comm_per_layer", b, s, h, 1, nbytes), _expected_comm(b, s, h, 1, nbytes)):
+        return False
+    return close(student.call("tp_comm_per_layer", b, s, h, t, nbytes), _expected_comm(b, s, h, t, nbytes), rel=1e-9)

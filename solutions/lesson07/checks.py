@@ -1,7 +1,9 @@
 """Hidden tests for lesson 7 (序列并行 SP). Points add up to 4.
 
 Shapes, values and model sizes are drawn per submission from ``rng`` (sequence lengths that t does
-not divide, t larger than the sequence or the MLP width, t = 1), so memorised outputs fail.
+not divide, t larger than the sequence or the MLP width, t = 1), with normal entries like the page's
+and realistic model sizes, so that neither a function that only knows the page's examples nor one
+that recognises a hidden check by its inputs earns a point.
 Expected values come from a dense numpy computation done here, from the reference solution
 (``ref``) or from the memory formulas written out by hand.
 """
@@ -15,7 +17,8 @@ TOL = dict(rel=1e-9, abs_tol=1e-9)
 
 
 def _mat(rng, rows, cols):
-    return np.array([[rng.uniform(-2.0, 2.0) for _ in range(cols)] for _ in range(rows)], dtype=np.float64)
+    """Standard normal entries, as the page's np.random.default_rng(0).normal draws them."""
+    return np.array([[rng.gauss(0.0, 1.0) for _ in range(cols)] for _ in range(rows)], dtype=np.float64)
 
 
 def _arr(a):
@@ -126,7 +129,7 @@ def _expected_bytes(s, b, h, a, t, mode):
 def _model(rng):
     """A realistic (s, b, h, a): sequence length, micro-batch, hidden size, heads."""
     h, a = rng.choice([(1024, 16), (2048, 16), (2560, 32), (4096, 32), (5120, 40), (8192, 64)])
-    return rng.choice([512, 1024, 2048, 3000, 4096, 8192, 16384]), rng.randint(1, 8), h, a
+    return rng.choice([512, 1024, 2048, 4096, 8192, 16384, 32768]), rng.choice([1, 1, 2, 4, 8]), h, a
 
 
 @check(points=0.75)
@@ -134,7 +137,7 @@ def memory_formulas(student, rng):
     """activation_bytes_per_layer：随机的模型尺寸与 TP 度下，三种方式的每层激活字节数都正确"""
     for _ in range(3):
         s, b, h, a = _model(rng)
-        t = rng.choice([2, 3, 4, 8])
+        t = rng.choice([2, 4, 8, 16])
         for mode in ("none", "tp", "tp_sp"):
             got = student.call("activation_bytes_per_layer", s, b, h, a, t, mode)
             if not close(got, _expected_bytes(s, b, h, a, t, mode), rel=1e-9):
@@ -145,8 +148,8 @@ def memory_formulas(student, rng):
 @check(points=0.25)
 def memory_edge_cases(student, rng):
     """activation_bytes_per_layer：t = 1 时三种方式相等，序列长度为 0 时为 0，未知 mode 抛出 ValueError"""
-    s, b, h, a = _model(rng)
     for mode in ("none", "tp", "tp_sp"):
+        s, b, h, a = _model(rng)
         if not close(
             student.call("activation_bytes_per_layer", s, b, h, a, 1, mode), _expected_bytes(s, b, h, a, 1, "none")
         ):

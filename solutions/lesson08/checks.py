@@ -1,7 +1,9 @@
 """Hidden tests for lesson 8 (上下文并行 CP 与 Ring Attention). Points add up to 4.
 
 Sequence lengths, cp and arrays are drawn per submission from ``rng`` (lengths that cp or 2·cp does
-not divide, cp larger than the sequence, cp = 1), so memorised outputs fail. Expected values come
+not divide, cp larger than the sequence, cp = 1), with normal entries like the page's, so that
+neither a function that only knows the page's examples nor one that recognises a hidden check by its
+inputs earns a point. Expected values come
 from the reference solution (``ref``), from a dense attention computed here, or from the closed
 form n(n+1)/2 for the total causal work.
 """
@@ -16,8 +18,8 @@ SCHEMES = ("contiguous", "zigzag")
 
 
 def _mat(rng, rows, cols, spread=1.0):
-    """A float64 matrix with entries uniform in [-spread, spread], drawn from the check's rng."""
-    return np.array([[rng.uniform(-spread, spread) for _ in range(cols)] for _ in range(rows)], dtype=np.float64)
+    """A float64 matrix of normal entries with standard deviation ``spread``, like the page's rng.normal."""
+    return np.array([[rng.gauss(0.0, spread) for _ in range(cols)] for _ in range(rows)], dtype=np.float64)
 
 
 def _arr(a):
@@ -46,9 +48,9 @@ def _ring_case(rng, student, n, cp, scheme, causal):
 def split_both_schemes(student, rng, ref):
     """split_positions：两种切分下每个 rank 持有的位置正确（含长度不能整除的情况）"""
     for scheme in SCHEMES:
-        for _ in range(2):
+        for whole in (True, False):  # a length that 2·cp divides, as real ones are, and any length
             cp = rng.choice([2, 3, 4, 6, 8])
-            n = rng.randint(2 * cp + 1, 600)
+            n = 2 * cp * rng.randint(2, 600 // (2 * cp)) if whole else rng.randint(2 * cp + 1, 600)
             got = student.call("split_positions", n, cp, scheme)
             if not close(got, ref.split_positions(n, cp, scheme)):
                 return False
@@ -74,9 +76,11 @@ def split_edge_cases(student, rng, ref):
 @check(points=0.5)
 def work_per_rank(student, rng, ref):
     """causal_work：两种切分下每个 rank 的可见（查询, 键）对数正确，合计为 n(n+1)/2"""
-    for scheme in SCHEMES:
+    for i, scheme in enumerate(SCHEMES):
         cp = rng.choice([2, 4, 8, 16])
         n = rng.choice([rng.randint(1000, 70000), 2 * cp * rng.randint(500, 4000)])
+        if i == 0:
+            n = rng.choice([4096, 8192, 16384, 32768, 65536, 2 * cp * rng.randint(500, 4000)])
         got = student.call("causal_work", n, cp, scheme)
         if not close(got, ref.causal_work(n, cp, scheme)) or sum(got) != n * (n + 1) // 2:
             return False

@@ -1,7 +1,9 @@
 """Hidden tests for lesson 9 (流水线并行 PP). Points add up to 4.
 
 Pipeline sizes, micro-batch counts, chunk counts and op times are drawn per submission from
-``rng``, so memorised outputs fail. Expected values come from the reference solution (``ref``)
+``rng``, as round as the page's (powers of two and other depths, op times like 1.0 and 2.0), so
+that neither a function that only knows the page's examples nor one that recognises a hidden check
+by its inputs earns a point. Expected values come from the reference solution (``ref``)
 or from the closed forms the lesson derives: (m + p - 1)(t_f + t_b) for AFAB and 1F1B,
 (p - 1)(t_f + t_b) / v of bubble for the interleaved schedule, min(p - s, m) in flight for 1F1B.
 """
@@ -15,9 +17,15 @@ SCHEDULES = ("afab", "1f1b")
 
 
 def _times(rng: Any) -> tuple[float, float]:
-    """A forward time in ms and a backward time 1 to 3 times as long (not always exactly 2)."""
-    t_f = round(rng.uniform(0.5, 12.0), 3)
-    return t_f, round(t_f * rng.uniform(1.0, 3.0), 3)
+    """A forward time in ms, as round as the page's 1.0, and a backward time 1 to 3 times as long (not always 2)."""
+    t_f = rng.choice([0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0])
+    return t_f, round(t_f * rng.choice([1.0, 1.2, 1.5, 2.0, 2.0, 2.5, 3.0]), 1)
+
+
+def _stages(rng: Any, lo: int, hi: int, pow2: bool = False) -> int:
+    """A pipeline depth in [lo, hi]: a power of two as real runs use (always when ``pow2``), or any size."""
+    twos = [p for p in (2, 4, 8, 16, 32) if lo <= p <= hi]
+    return rng.choice(twos) if pow2 or rng.random() < 0.5 else rng.randint(lo, hi)
 
 
 def _raises_value_error(student: Any, *args: Any) -> bool:
@@ -35,24 +43,27 @@ def _raises_value_error(student: Any, *args: Any) -> bool:
 def bubble_formula(student, rng):
     """bubble_fraction：气泡比例公式 (p − 1) / (v·m)，含只有一个 stage 的情况"""
     cases = [(1, rng.randint(1, 64), 1)]
-    cases += [(rng.randint(2, 32), rng.randint(1, 256), rng.choice([1, 1, 2, 3, 4, 6])) for _ in range(4)]
+    cases += [(_stages(rng, 2, 32, i == 0), rng.randint(1, 256), rng.choice([1, 1, 2, 3, 4, 6])) for i in range(4)]
     return all(close(student.call("bubble_fraction", p, m, v), (p - 1) / (v * m)) for p, m, v in cases)
 
 
 @check(points=0.25)
 def afab_order(student, rng, ref):
     """stage_order：AFAB 下每个 stage 先做全部前向、再做全部反向"""
-    p = rng.randint(2, 12)
-    m = rng.randint(1, 48)
-    stage = rng.randrange(p)
-    got = student.call("stage_order", "afab", p, m, stage)
-    return close(got, ref.stage_order("afab", p, m, stage)) and len(got) == 2 * m
+    for pow2 in (True, False):
+        p = _stages(rng, 2, 12, pow2)
+        m = rng.randint(1, 48)
+        stage = rng.randrange(p)
+        got = student.call("stage_order", "afab", p, m, stage)
+        if not (close(got, ref.stage_order("afab", p, m, stage)) and len(got) == 2 * m):
+            return False
+    return True
 
 
 @check(points=0.75)
 def one_f_one_b_order(student, rng, ref):
     """stage_order：1F1B 的热身、一前一后与收尾，含 micro-batch 少于 stage 的情况"""
-    p_long, p_short = rng.randint(3, 12), rng.randint(4, 16)
+    p_long, p_short = _stages(rng, 4, 8, True), _stages(rng, 4, 16)
     # first m >= p, then fewer micro-batches than warm-up slots on stage 0 (m < p - 1)
     for p, m in ((p_long, rng.randint(p_long, 6 * p_long)), (p_short, rng.randint(1, p_short - 2))):
         for stage in sorted({0, rng.randrange(p), p - 1}):
@@ -64,7 +75,7 @@ def one_f_one_b_order(student, rng, ref):
 @check(points=0.5)
 def interleaved_order(student, rng, ref):
     """stage_order：交错调度的块顺序（反向按相反的块顺序），m 不是 p 的整数倍或调度名未知时抛出 ValueError"""
-    p = rng.randint(2, 8)
+    p = _stages(rng, 2, 8, True)
     v = rng.randint(2, 4)
     m = p * rng.randint(1, 5)
     for stage in sorted({0, rng.randrange(p), p - 1}):

@@ -9,9 +9,18 @@ from its construction.
 from grader.checks import check, close
 
 
-def _logits(rng, n_tokens, n_experts, scale=2.0):
-    """Router logits drawn uniformly, one row per token."""
-    return [[rng.uniform(-scale, scale) for _ in range(n_experts)] for _ in range(n_tokens)]
+def _logits(rng, n_tokens, n_experts, scale=2.0, typed=False):
+    """Router logits, one row per token: normal floats, or (``typed``) one decimal like the page's [2.0, 1.0]."""
+    if typed:
+        return [[round(rng.gauss(0.0, scale), 1) for _ in range(n_experts)] for _ in range(n_tokens)]
+    return [[rng.gauss(0.0, scale) for _ in range(n_experts)] for _ in range(n_tokens)]
+
+
+def _tokens(rng):
+    """Tokens in a batch: micro-batch × sequence length like the page's 16384, or any count."""
+    if rng.random() < 0.5:
+        return rng.randint(1, 5000)
+    return rng.choice([1, 2, 4, 8, 16]) * rng.choice([128, 256, 512, 1024, 2048, 4096])
 
 
 def _skewed_routes(rng, n_tokens, n_experts, k):
@@ -35,10 +44,10 @@ def _skewed_routes(rng, n_tokens, n_experts, k):
 @check(points=0.5)
 def route_random(student, rng, ref):
     """top_k_route：随机 logit 下选出的专家及其门控值"""
-    for _ in range(2):
+    for typed in (True, False):
         n_experts = rng.choice([4, 8, 16, 32, 64])
         k = rng.choice([k for k in (1, 2, 4, 8) if k <= n_experts // 2])
-        logits = _logits(rng, rng.randint(3, 40), n_experts, rng.uniform(0.5, 4.0))
+        logits = _logits(rng, rng.randint(3, 40), n_experts, rng.uniform(0.5, 4.0), typed)
         if not close(student.call("top_k_route", logits, k), ref.top_k_route(logits, k)):
             return False
     return close(student.call("top_k_route", [], rng.randint(1, 2)), [[], []])
@@ -59,11 +68,11 @@ def route_ties(student, rng, ref):
 def capacity_formula(student, rng):
     """expert_capacity：容量按公式向上取整，没有 token 时为 0"""
     cases = [(0, rng.choice([8, 16, 64]), rng.choice([1, 2]), 1.25)]
-    for _ in range(4):
+    for i in range(4):
         n_experts = rng.choice([4, 8, 16, 32, 64, 128])
         k = rng.choice([1, 2, 4, 8])
         cf = rng.choice([0.5, 1.0, 1.25, 1.5, 2.0])
-        cases.append((rng.randint(1, 5000), n_experts, k, cf))
+        cases.append((8 * rng.randint(1, 2048) if i == 0 else _tokens(rng), n_experts, k, cf))
     # a batch where cf*k*T/E is an exact integer, so rounding up must not add one
     n_experts = rng.choice([8, 16, 32])
     cases.append((n_experts * rng.randint(16, 512), n_experts, 2, 1.0))
@@ -135,35 +144,44 @@ def a2a_random(student, rng, ref):
 @check(points=0.25)
 def a2a_all_local(student, rng):
     """a2a_counts：所有分配都指向本 rank 的专家时，只有对角线非零、没有跨 rank 流量"""
-    ep = rng.choice([2, 4, 8])
-    placement = _placement(rng, ep, rng.choice([1, 2, 4]), rng.random() < 0.5)
-    local = [[e for e, r in enumerate(placement) if r == rank] for rank in range(ep)]
-    sizes = [rng.randint(1, 50) for _ in range(ep)]
-    assignments = [[rng.choice(local[r]) for _ in range(sizes[r])] for r in range(ep)]
-    expected = [[sizes[s] if s == d else 0 for d in range(ep)] for s in range(ep)]
-    return close(student.call("a2a_counts", assignments, placement), {"counts": expected, "remote": 0})
+    for contiguous in (True, False):
+        ep = rng.choice([2, 4, 8])
+        placement = _placement(rng, ep, rng.choice([1, 2, 4]), contiguous)
+        local = [[e for e, r in enumerate(placement) if r == rank] for rank in range(ep)]
+        sizes = [rng.randint(1, 50) for _ in range(ep)]
+        assignments = [[rng.choice(local[r]) for _ in range(sizes[r])] for r in range(ep)]
+        expected = [[sizes[s] if s == d else 0 for d in range(ep)] for s in range(ep)]
+        if not close(student.call("a2a_counts", assignments, placement), {"counts": expected, "remote": 0}):
+            return False
+    return True
 
 
 @check(points=0.25)
-def lb_uniform(student, rng):
-    """load_balancing_loss：路由与概率都完全均匀时等于 alpha"""
+def lb_uniform(student, rng, ref):
+    """load_balancing_loss：路由与概率都完全均匀时等于 alpha，同一批 token 路由不均匀时的损失值也要对"""
     n_experts = rng.choice([4, 8, 16, 32])
     k = rng.choice([1, 2])
     n_tokens = n_experts * rng.randint(1, 6)
     alpha = rng.choice([0.001, 0.005, 0.01, 0.02])
-    level = rng.uniform(-1.0, 1.0)
+    level = round(rng.uniform(-2.0, 2.0), 1)
     logits = [[level] * n_experts for _ in range(n_tokens)]
     routes = [[(t + j) % n_experts for j in range(k)] for t in range(n_tokens)]
-    return close(student.call("load_balancing_loss", logits, routes, n_experts, alpha), alpha, rel=1e-7)
+    if not close(student.call("load_balancing_loss", logits, routes, n_experts, alpha), alpha, rel=1e-7):
+        return False
+    # the same batch, with a few experts taking most of the tokens
+    logits = _logits(rng, n_tokens, n_experts, 1.0, typed=True)
+    routes = _skewed_routes(rng, n_tokens, n_experts, k)
+    got = student.call("load_balancing_loss", logits, routes, n_experts, alpha)
+    return close(got, ref.load_balancing_loss(logits, routes, n_experts, alpha), rel=1e-7)
 
 
 @check(points=0.5)
 def lb_random(student, rng, ref):
     """load_balancing_loss：随机路由下的损失值，以及没有 token 时为 0"""
-    for _ in range(2):
+    for typed in (True, False):
         n_experts = rng.choice([4, 8, 16])
         k = rng.choice([1, 2])
-        logits = _logits(rng, rng.randint(4, 60), n_experts, rng.uniform(0.5, 3.0))
+        logits = _logits(rng, rng.randint(4, 60), n_experts, rng.uniform(0.5, 3.0), typed)
         routes, _ = ref.top_k_route(logits, k)
         alpha = rng.choice([0.001, 0.01, 0.02])
         got = student.call("load_balancing_loss", logits, routes, n_experts, alpha)

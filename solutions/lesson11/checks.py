@@ -18,20 +18,29 @@ Config = dict[str, int]
 TOL = dict(rel=1e-9, abs_tol=1e-6)
 
 
-def _model(rng: random.Random, moe: bool) -> Model:
+def _billions(rng: random.Random, lo: int, hi: int, whole: bool | None = None) -> float:
+    """A parameter count between lo and hi hundred million: whole billions like the page's 70e9, or not."""
+    if whole is None:
+        whole = rng.random() < 0.5
+    if whole:
+        return float(rng.randint(max(1, lo // 10), max(1, hi // 10))) * 1e9
+    return float(rng.randint(lo, hi)) * 1e8
+
+
+def _model(rng: random.Random, moe: bool, whole: bool | None = None) -> Model:
     """A transformer drawn from realistic sizes; a MoE when ``moe`` is true."""
     model: Model = {
         "layers": rng.choice([24, 28, 32, 40, 48, 60, 64, 80, 96]),
         "hidden": rng.choice([2048, 3072, 4096, 5120, 6144, 8192]),
         "seq": rng.choice([2048, 4096, 8192]),
-        "dense_params": float(rng.randint(5, 400)) * 1e8,
+        "dense_params": _billions(rng, 5, 400, whole),
         "expert_params": 0.0,
         "n_experts": 0,
         "top_k": 0,
     }
     if moe:
         model.update(
-            expert_params=float(rng.randint(40, 1200)) * 1e8,
+            expert_params=_billions(rng, 40, 1200),
             n_experts=rng.choice([8, 16, 32, 64, 128]),
             top_k=rng.choice([1, 2, 4, 8]),
         )
@@ -106,7 +115,9 @@ def _same_config(got: Any, exp: Any) -> bool:
 @check(points=0.25)
 def divisors_values(student, rng):
     """divisors：正整数的全部因数按升序排列（含 1 和素数）"""
-    for n in [1, rng.choice([97, 127, 251, 509])] + [rng.randint(2, 4096) for _ in range(3)]:
+    gpus = rng.choice([8, 16, 24, 32, 48, 96, 128, 256, 384, 512, 1024])  # the page shows 64 and 80
+    layers = rng.choice([24, 28, 32, 40, 48, 60, 96, 126])
+    for n in [1, rng.choice([97, 127, 251, 509]), gpus, layers, rng.randint(2, 4096)]:
         if not close(student.call("divisors", n), [d for d in range(1, n + 1) if n % d == 0]):
             return False
     return True
@@ -115,8 +126,8 @@ def divisors_values(student, rng):
 @check(points=0.5)
 def memory_dense(student, rng, ref):
     """config_memory：稠密模型在各 ZeRO 阶段下的参数、梯度、优化器状态与激活"""
-    for _ in range(4):
-        model = _model(rng, moe=False)
+    for i in range(4):
+        model = _model(rng, moe=False, whole=True if i == 0 else None)
         cfg = _config(rng, model)
         if not close(student.call("config_memory", model, cfg), ref.config_memory(model, cfg), **TOL):
             return False
@@ -127,7 +138,7 @@ def memory_dense(student, rng, ref):
 def memory_moe(student, rng, ref):
     """config_memory：MoE 模型中专家参数按 ep 切分，ZeRO 对专家部分按 dp/ep 切分"""
     for zero in (0, 1, 2, 3):
-        model = _model(rng, moe=True)
+        model = _model(rng, moe=True, whole=True if zero == 0 else None)
         cfg = dict(_config(rng, model), zero=zero)
         cfg["ep"] = max(e for e in (2, 4, 8) if model["n_experts"] % e == 0)
         cfg["dp"] = cfg["ep"] * rng.choice([2, 4, 8])
@@ -139,7 +150,7 @@ def memory_moe(student, rng, ref):
 @check(points=0.5)
 def memory_in_flight(student, rng, ref):
     """config_memory：流水线第一个 stage 同时存放的 micro-batch 数（grad_acc 小于、等于、大于 pp）"""
-    model = _model(rng, moe=False)
+    model = _model(rng, moe=False, whole=True)
     model["layers"] = rng.choice([32, 48, 64, 96])
     pp = rng.choice([4, 8])
     for grad_acc in (1, rng.randint(2, pp - 1), pp, pp + rng.randint(1, 40)):
@@ -154,7 +165,7 @@ def time_terms(student, rng, ref):
     """step_time：计算、气泡与 TP、CP、EP、PP、DP 各项通信（含 ZeRO-3 与 pp = 1）"""
     cases = []
     for i in range(5):
-        model = _model(rng, moe=i % 2 == 1)
+        model = _model(rng, moe=i % 2 == 1, whole=True if i == 0 else None)
         cfg = _config(rng, model)
         if i == 0:
             cfg.update(pp=1, zero=3)
@@ -165,13 +176,15 @@ def time_terms(student, rng, ref):
     return True
 
 
-def _search_case(rng: random.Random, moe: bool, ref: Any) -> tuple[Model, dict[str, Any], int, int, int]:
+def _search_case(
+    rng: random.Random, moe: bool, ref: Any, whole: bool | None = None
+) -> tuple[Model, dict[str, Any], int, int, int]:
     """A small search problem; redrawn (a few times at most) until some configuration fits."""
     for _ in range(20):
         model = _model(rng, moe)
-        model["dense_params"] = float(rng.randint(5, 150)) * 1e8
+        model["dense_params"] = _billions(rng, 5, 150, whole)
         if moe:
-            model["expert_params"] = float(rng.randint(20, 300)) * 1e8
+            model["expert_params"] = _billions(rng, 20, 300)
         hw = _hw(rng)
         n_gpus = rng.choice([4, 8, 12, 16, 24, 32])
         mbs = rng.choice([1, 2])
@@ -185,7 +198,7 @@ def _search_case(rng: random.Random, moe: bool, ref: Any) -> tuple[Model, dict[s
 def search_matches_brute_force(student, rng, ref):
     """search_config：结果与逐个枚举全部配置的暴力搜索一致（稠密与 MoE 模型）"""
     for i in range(4):
-        model, hw, n_gpus, gbs, mbs = _search_case(rng, i % 2 == 1, ref)
+        model, hw, n_gpus, gbs, mbs = _search_case(rng, i % 2 == 1, ref, True if i == 0 else None)
         got = student.call("search_config", model, hw, n_gpus, gbs, mbs)
         if not _same_config(got, _brute_force(ref, model, hw, n_gpus, gbs, mbs)):
             return False
@@ -195,7 +208,7 @@ def search_matches_brute_force(student, rng, ref):
 @check(points=0.25)
 def search_edge_cases(student, rng, ref):
     """search_config：只有一张卡、没有配置放得下、batch 凑不齐时的结果"""
-    model, hw, _, _, _ = _search_case(rng, False, ref)
+    model, hw, _, _, _ = _search_case(rng, False, ref, True)
     hw = dict(hw, mem_bytes=1e12)
     gbs = rng.randint(1, 64)
     if not _same_config(student.call("search_config", model, hw, 1, gbs, 1), ref.search_config(model, hw, 1, gbs, 1)):
@@ -211,7 +224,7 @@ def search_edge_cases(student, rng, ref):
 @check(points=0.25)
 def search_tie_break(student, rng, ref):
     """search_config：步时间打平时按规则选择（显存更少者优先，再比较各并行度和 ZeRO 阶段）"""
-    model, hw, n_gpus, gbs, mbs = _search_case(rng, False, ref)
+    model, hw, n_gpus, gbs, mbs = _search_case(rng, False, ref, True)
     hw = dict(hw, mem_bytes=1e13)  # everything fits, so ZeRO-0/1/2 tie on time
     exp = _brute_force(ref, model, hw, n_gpus, gbs, mbs)
     got = student.call("search_config", model, hw, n_gpus, gbs, mbs)

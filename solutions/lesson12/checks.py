@@ -1,8 +1,10 @@
 """Hidden tests for lesson 12 (深入 GPU). Points add up to 4.
 
-Sizes, hardware figures and values are drawn per submission from ``rng`` within realistic ranges,
-so memorised outputs fail. Expected values come from formulas written out here (FLOPs, bytes,
-roofline) or from the reference solution (``ref``), whose rounding was checked against numpy's
+Sizes, hardware figures and values are drawn per submission from ``rng`` within realistic ranges
+(spec-sheet accelerators like the page's H100, SRAM sizes in KiB, short lists of values as a student
+would type them, and longer ones), so that neither a function that only knows the page's examples
+nor one that recognises a hidden check by its inputs earns a point. Expected values come from
+formulas written out here (FLOPs, bytes, roofline) or from the reference solution (``ref``), whose rounding was checked against numpy's
 float16 cast, a float32 bit-level BF16 rounding and an exhaustive table of E4M3/E5M2 values.
 Every check that expects a ValueError first makes a valid call, so an untouched notebook (whose
 blanks are reached before any result) cannot pass it.
@@ -26,8 +28,31 @@ def _rounded(student, ref, values, fmt):
 
 
 def _hardware(rng):
-    """A plausible accelerator: peak FLOP/s and HBM bandwidth in bytes/s."""
-    return rng.uniform(100e12, 2000e12), rng.uniform(0.8e12, 8e12)
+    """An accelerator from a spec sheet (dense peak FLOP/s, HBM bytes/s), like the page's H100, or a made-up one."""
+    if rng.random() < 0.5:
+        return rng.choice(
+            [
+                (125e12, 0.9e12),
+                (312e12, 1.555e12),
+                (312e12, 2.039e12),
+                (989e12, 3.35e12),
+                (1979e12, 3.35e12),
+                (1307e12, 5.3e12),
+                (2250e12, 8e12),
+                (990e12, 4.8e12),
+            ]
+        )
+    return rng.randint(100, 2000) * 1e12, rng.randint(8, 80) * 1e11
+
+
+def _same_rounding(student, ref, values, fmt, rng):
+    """The student rounds ``values`` like the reference, and a handful of them typed as a short list too."""
+    short = rng.sample(values, min(4, len(values)))
+    for batch in (values, short):
+        got, want = _rounded(student, ref, batch, fmt)
+        if not close(got, want, rel=0, abs_tol=0):
+            return False
+    return True
 
 
 def _log_uniform(rng, lo_exp, hi_exp):
@@ -39,7 +64,8 @@ def _log_uniform(rng, lo_exp, hi_exp):
 def matmul_random(student, rng):
     """matmul_cost：FLOPs、搬运字节数与算术强度（含课文中的方阵示例）"""
     cases = [(4096, 4096, 4096, 2)]
-    for _ in range(4):
+    cases.append((64 * rng.randint(1, 256), 64 * rng.randint(1, 1024), 64 * rng.randint(1, 256), rng.choice([1, 2, 4])))
+    for _ in range(3):
         cases.append((rng.randint(1, 16384), rng.randint(1, 65536), rng.randint(64, 16384), rng.choice([1, 2, 4])))
     for m, n, k, s in cases:
         flops, nbytes = 2 * m * n * k, (m * k + k * n + m * n) * s
@@ -53,7 +79,7 @@ def matmul_random(student, rng):
 def matmul_degenerate(student, rng):
     """matmul_cost：某个维度为 0 时 FLOPs 为 0、算术强度为 0.0；一个维度为 1 时仍按公式计算"""
     a, b, s = rng.randint(16, 8192), rng.randint(16, 8192), rng.choice([1, 2, 4])
-    cases = [(0, a, b, s), (a, b, 0, s), (0, 0, b, s), (1, a, b, s)]
+    cases = [(0, a, b, s), (a, b, 0, s), (0, 0, b, s), (1, a, b, s), (64 * rng.randint(1, 128), a, b, s)]
     rng.shuffle(cases)
     for m, n, k, s in cases:
         flops, nbytes = 2 * m * n * k, (m * k + k * n + m * n) * s
@@ -87,7 +113,7 @@ def roofline_random(student, rng):
 @check(points=0.25)
 def roofline_boundaries(student, rng):
     """roofline：算术强度恰好等于屋脊点时算作计算受限；运算量为 0 时可达吞吐为 0、访存受限"""
-    bw = rng.randint(800, 8000) * 10**9
+    bw = rng.randint(1, 8) * 10**12
     ridge = rng.randint(40, 600)
     peak = ridge * bw  # exact integers, so intensity == ridge holds exactly in floating point
     nbytes = rng.randint(10**5, 10**9)
@@ -105,10 +131,12 @@ def roofline_boundaries(student, rng):
 def attention_random(student, rng, ref):
     """attention_io：块行数、块数与两种实现的 HBM 字节数（含课文中的示例，序列长度不一定整除块行数）"""
     cases = [(4096, 64, 65536, 2)]
-    for _ in range(4):
+    for i in range(4):
         d = rng.choice([32, 64, 80, 96, 128, 256])
-        sram = rng.randint(4 * d, 160_000)
-        cases.append((rng.randint(1, 65536), d, sram, rng.choice([1, 2, 4])))
+        sram = 1024 * rng.randint(d // 256 + 1, 156) if i == 0 else rng.randint(4 * d, 160_000)
+        cases.append(
+            (rng.choice([1024, 2048, 4096, 8192, 16384, 32768, rng.randint(1, 65536)]), d, sram, rng.choice([1, 2, 4]))
+        )
     for n, d, sram, s in cases:
         block = sram // (4 * d)
         blocks = -(-n // block)
@@ -128,7 +156,7 @@ def attention_edges(student, rng):
     """attention_io：序列长度为 0、整段序列放得进一块、SRAM 连一行都放不下时抛出 ValueError"""
     d = rng.choice([64, 96, 128])
     s = rng.choice([1, 2, 4])
-    sram = rng.randint(8 * d, 200_000)
+    sram = 1024 * rng.randint(d // 128 + 1, 195)
     block = sram // (4 * d)
     empty = {"block_rows": block, "num_blocks": 0, "standard_bytes": 0, "tiled_bytes": 0}
     if not close(student.call("attention_io", 0, d, sram, s), empty):
@@ -159,8 +187,7 @@ def round_ties_and_signs(student, rng, ref):
             values.append(sign * (k + 0.5) * 2.0 ** (e - m_bits))  # exactly halfway: ties go to even k
         values += [_log_uniform(rng, -4, 4) for _ in range(20)]
         rng.shuffle(values)
-        got, want = _rounded(student, ref, values, fmt)
-        if not close(got, want, rel=0, abs_tol=0):
+        if not _same_rounding(student, ref, values, fmt, rng):
             return False
     return True
 
@@ -172,8 +199,7 @@ def round_small_values(student, rng, ref):
     for fmt, (fixed, (lo, hi)) in cases.items():
         values = fixed + [_log_uniform(rng, lo, hi) for _ in range(25)] + [0.0]
         rng.shuffle(values)
-        got, want = _rounded(student, ref, values, fmt)
-        if not close(got, want, rel=0, abs_tol=0):
+        if not _same_rounding(student, ref, values, fmt, rng):
             return False
     return True
 
@@ -187,8 +213,7 @@ def round_overflow(student, rng, ref):
         values += [rng.choice((-1.0, 1.0)) * top * rng.uniform(1.07, 40.0) for _ in range(4)]
         values += [rng.choice((-1.0, 1.0)) * top * rng.uniform(0.01, 0.9) for _ in range(6)]
         rng.shuffle(values)
-        got, want = _rounded(student, ref, values, fmt)
-        if not close(got, want, rel=0, abs_tol=0):
+        if not _same_rounding(student, ref, values, fmt, rng):
             return False
     return True
 
