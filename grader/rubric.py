@@ -231,7 +231,6 @@ class Sentence:
     regions: tuple[tuple[int, int, str], ...]  # (start, end, status) sub-spans with their own status
     raw: str = ""  # the student's text of this sentence, unstripped and unsanitised
     origin: tuple[int, ...] = ()  # origin[k]: index in ``raw`` of the character behind text[k]
-    bounds: frozenset[int] = frozenset()  # offsets in ``text`` where a word starts or ends (jieba)
     answered: str | None = None  # a question the student answers: "positive" or "negative"
 
 
@@ -268,23 +267,28 @@ def _segmenter() -> Any:
     return tokenizer
 
 
+@functools.lru_cache(maxsize=4096)
 def word_bounds(text: str) -> frozenset[int]:
-    """Offsets where a word starts or ends, so that cues are read as words (要是 is not in 主要是)."""
+    """Offsets where a word starts or ends, so that cues are read as words (要是 is not in 主要是).
+
+    Asked only where a cue was found, and cached per sentence: segmenting is the costliest step."""
     bounds = {0, len(text)}
     for _, a, b in _segmenter().tokenize(text, HMM=False):
         bounds.update((a, b))
     return frozenset(bounds)
 
 
-def _whole(m: re.Match[str], bounds: frozenset[int], offset: int = 0) -> bool:
-    """Is the cue ``m`` (found in a window of the sentence that starts at ``offset``) a word of its own?"""
-    return not bounds or (offset + m.start() in bounds and offset + m.end() in bounds)
+def _whole(m: re.Match[str], text: str, offset: int = 0) -> bool:
+    """Is the cue ``m`` (found in a window of ``text`` that starts at ``offset``) a word of its own?"""
+    bounds = word_bounds(text)
+    return offset + m.start() in bounds and offset + m.end() in bounds
 
 
-def _negates(m: re.Match[str], bounds: frozenset[int], offset: int = 0) -> bool:
+def _negates(m: re.Match[str], text: str, offset: int = 0) -> bool:
     """Is the negation cue ``m`` a negation here? It must start a word (不降, 不会) or end one: an
     adverb glued to it (绝不, 毫无, 尚未, 并不) still negates, a cue inside a longer word does not."""
-    return not bounds or offset + m.start() in bounds or offset + m.end() in bounds
+    bounds = word_bounds(text)
+    return offset + m.start() in bounds or offset + m.end() in bounds
 
 
 def _simplified(text: str) -> str:
@@ -410,9 +414,8 @@ def split_sentences(original: str) -> list[Sentence]:
     sentences: list[Sentence] = []
     for i, (s, e) in enumerate(raw):
         text = norm[s:e]
-        bounds = word_bounds(text)
         nxt = norm[raw[i + 1][0] : raw[i + 1][1]].strip() if i + 1 < len(raw) else ""
-        status, regions = _status(text, nxt, bounds)
+        status, regions = _status(text, nxt)
         answered = _answered(text, nxt) if status == "question" else None
         if answered:
             status = "asserted"
@@ -429,7 +432,6 @@ def split_sentences(original: str) -> list[Sentence]:
                 regions,
                 piece,
                 tuple(o - lo for o in origin[s:e]),
-                bounds,
                 answered,
             )
         )
@@ -471,19 +473,17 @@ def _answered(text: str, next_text: str) -> str | None:
     return None
 
 
-def _status(
-    text: str, next_text: str, bounds: frozenset[int] = frozenset()
-) -> tuple[str, tuple[tuple[int, int, str], ...]]:
+def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str], ...]]:
     """Whole-sentence status, plus spans with a status of their own (reported or refuted parts).
 
     Linear in the sentence: contrast words and refutations are found once and looked up by
     bisection, and at most ``MAX_REGIONS`` spans of each kind are kept. Cues count only as whole
-    words (``bounds``), so the 要是 inside 主要是 is no hedge.
+    words, so the 要是 inside 主要是 is no hedge.
     """
     stripped = text.strip()
     if (
         _QUESTION_END.search(stripped)
-        or any(_whole(m, bounds) for m in _QUESTION_CUES.finditer(text))
+        or any(_whole(m, text) for m in _QUESTION_CUES.finditer(text))
         or _A_NOT_A.search(_mask(text, _FALSE_CUES))
     ):
         return "question", ()
@@ -506,7 +506,7 @@ def _status(
     for r in refutations:
         k = bisect_right(contrast_ends, r)  # the last contrast word that ends before the refutation
         regions.append((contrast_ends[k - 1] if k else 0, r, "refuted"))
-    if any(_whole(m, bounds) for m in _HEDGES.finditer(_mask(text, _HEDGE_FALSE))):
+    if any(_whole(m, text) for m in _HEDGES.finditer(_mask(text, _HEDGE_FALSE))):
         return "hedged", tuple(regions)
     return "asserted", tuple(regions)
 
@@ -527,9 +527,7 @@ def _clause(text: str, pos: int) -> tuple[int, int]:
     return start, end_match.start() if end_match else len(text)
 
 
-def negated(
-    text: str, start: int, end: int, masks: tuple[tuple[int, int], ...] = (), bounds: frozenset[int] = frozenset()
-) -> bool:
+def negated(text: str, start: int, end: int, masks: tuple[tuple[int, int], ...] = ()) -> bool:
     """Is the word at text[start:end] negated? Parity of cues before it, within its clause.
 
     ``masks`` are spans of other terms of the same pattern: a cue inside a named term (the 没 of
@@ -551,7 +549,7 @@ def negated(
     lo += scope
     window = window[scope:]
     window = _mask(_A_NOT_A.sub(lambda m: "＿" * 3, _mask(window, _FALSE_CUES)), _FALSE_CUES)
-    count = sum(1 for m in _CUE_RE.finditer(window) if _negates(m, bounds, lo))
+    count = sum(1 for m in _CUE_RE.finditer(window) if _negates(m, text, lo))
     if _POST_NEG.match(text[end : end + 3]):
         count += 1
     return count % 2 == 1
@@ -1043,7 +1041,7 @@ class _Answer:
         rubric's terms (同时 in 计算的同时发起通信 names overlap, it does not start a new statement)."""
         s = self.sentences[i]
         lo, _ = _clause(s.text, pos)
-        cuts = [m for m in _CONNECTIVES.finditer(s.text, lo, pos) if _whole(m, s.bounds)]
+        cuts = [m for m in _CONNECTIVES.finditer(s.text, lo, pos) if _whole(m, s.text)]
         if cuts:
             inside = [sp for rx in self._terms for sp in self.hits(i, rx)]
             for m in cuts:
@@ -1162,7 +1160,7 @@ def _polarity_negative(s: Sentence, h0: int, h1: int, masks: tuple[Span, ...] = 
     """Is the head at s.text[h0:h1] said in the negative? An answered question takes its answer's polarity."""
     if s.answered in ("positive", "negative"):
         return s.answered == "negative"
-    neg = negated(s.text, h0, h1, masks, s.bounds)
+    neg = negated(s.text, h0, h1, masks)
     return not neg if s.answered == "flip" else neg
 
 
@@ -1413,7 +1411,7 @@ def _review(veto: Veto, answer: _Answer, i: int, hit: _Hit) -> tuple[str, ...]:
     if m := next((m for m in _SOFTENERS.finditer(_mask(s.text, _HEDGE_FALSE), hit.lo, hit.hi)), None):
         reasons.append(f"softened: {m.group()}")
     before = _mask(s.text[: max(0, hit.head[0] - NEG_WINDOW)], _FALSE_CUES)
-    if any(_negates(m, s.bounds) for m in _CUE_RE.finditer(before)):
+    if any(_negates(m, s.text) for m in _CUE_RE.finditer(before)):
         reasons.append("a negation earlier in the sentence")
     for u in veto.unless:
         if spans := answer.hits(i, u):
