@@ -153,6 +153,18 @@ _FALSE_CUES = [
     "无关紧要",
     "不一样",
     "无穷",
+    "不平衡",
+    "不均衡",
+    "不均匀",
+    "非均匀",
+    "非交错",
+    "不交错",
+    "不分块",
+    "不对称",
+    "差不多",
+    "了不起",
+    "大不了",
+    "说不定",
 ]
 _POST_NEG = re.compile(r"^(?:不了|不下|不到|不动|不成|不起|不开|不完)")
 _A_NOT_A = re.compile(r"([\u4e00-\u9fff])[不没]\1")
@@ -161,7 +173,7 @@ _CAUSAL = frozenset({"所以", "因此"})  # terminators that a negation right b
 _QUESTION_END = re.compile(r"(?:吗|么|呢)\s*[?？]?\s*$|[?？]\s*$")
 _QUESTION_CUES = re.compile(r"是否|难道|whether")
 _REPORTED = re.compile(
-    r"有人(?:认为|说|以为|觉得|主张|声称)|(?:很多|不少|许多|一些|常有)(?:人|博客|文章|资料)?(?:认为|以为|觉得|说|误以为|宣称|声称)|误以为|误认为|错误地认为|"
+    r"有人(?:会)?(?:认为|说|以为|觉得|主张|声称)|网上(?:看到|有人)?(?:说|写)|有的(?:资料|文章|博客|人|教程)(?:上)?(?:写|说|认为)|(?:很多|不少|许多|一些|常有)(?:人|博客|文章|资料)?(?:认为|以为|觉得|说|误以为|宣称|声称)|误以为|误认为|错误地认为|"
     r"以为|所谓|据说|听说|宣称|声称|号称|(?:有|一些|很多|不少)?(?:同学|朋友|老师|助教|网友)(?:说|认为|以为|觉得)|(?:直觉上|乍看|表面上|容易)(?:会)?(?:觉得|以为|认为)|会觉得|"
     r"(?:一种|常见的?|典型的?)(?:误解|错误观点|错误说法|说法|看法)(?:是|认为)?|乍一看|乍看之下|表面上看|some people (?:think|say|believe)"
 )
@@ -286,9 +298,13 @@ def _whole(m: re.Match[str], text: str, offset: int = 0) -> bool:
 
 def _negates(m: re.Match[str], text: str, offset: int = 0) -> bool:
     """Is the negation cue ``m`` a negation here? It must start a word (不降, 不会) or end one: an
-    adverb glued to it (绝不, 毫无, 尚未, 并不) still negates, a cue inside a longer word does not."""
+    adverb glued to it (绝不, 毫无, 尚未, 并不) still negates, a cue inside a longer word does not,
+    except the 不 of a verb with its complement (得不到, 放不下, 做不完)."""
     bounds = word_bounds(text)
-    return offset + m.start() in bounds or offset + m.end() in bounds
+    a, b = offset + m.start(), offset + m.end()
+    if a in bounds or b in bounds:
+        return True
+    return m.group() == "不" and a - 1 in bounds and b + 1 in bounds and bool(_HAN.match(text[a - 1 : a]))
 
 
 def _simplified(text: str) -> str:
@@ -441,10 +457,10 @@ def split_sentences(original: str) -> list[Sentence]:
 # A short reply right after a question: 当然能。/ 不能，因为… / 是的。
 _REPLY = re.compile(
     r"^(?:答[:：]?\s*)?(?:当然|肯定|显然|确实|其实|实际上|事实上|答案是)?\s*"
-    r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|不对|没有|否|不)|(?P<yes>能|可以|会|是的|是|对|行|需要|要|有|yes))"
+    r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|不对|没有|否|不)|(?P<yes>能|可以|会|是的|是|对|行|需要|要|有|当然|yes))"
     r"\s*(?:的|啊|呀)?\s*(?=[,:;。!?，：；]|$)"
 )
-_RHETORICAL = re.compile(r"难道|岂不|何尝")
+_RHETORICAL = re.compile(r"难道|岂不|何尝|不就|不也|不是[^,:;，：；]*[吗么]")
 
 
 def _plain_question(text: str) -> str:
@@ -506,9 +522,19 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
     for r in refutations:
         k = bisect_right(contrast_ends, r)  # the last contrast word that ends before the refutation
         regions.append((contrast_ends[k - 1] if k else 0, r, "refuted"))
-    if any(_whole(m, text) for m in _HEDGES.finditer(_mask(text, _HEDGE_FALSE))):
-        return "hedged", tuple(regions)
+    masked = _mask(text, _HEDGE_FALSE)
+    condition = next((m for m in _HEDGES.finditer(masked) if _whole(m, text) and _conditional(m, masked)), None)
+    if condition is not None:
+        if not text[: condition.start()].strip(" ,:，："):
+            return "hedged", tuple(regions)
+        # A condition later in the sentence makes only what follows it hypothetical.
+        regions.append((condition.start(), len(text), "hedged"))
     return "asserted", tuple(regions)
+
+
+def _conditional(m: re.Match[str], text: str) -> bool:
+    """Is this cue a condition? 要是 is one only with a consequence (…就 / 的话 / 那); else it means "must be"."""
+    return m.group() != "要是" or bool(re.search(r"就|的话|那|则|会", text[m.end() :]))
 
 
 def _status_at(sentence: Sentence, pos: int) -> str:

@@ -1,0 +1,54 @@
+"""Cues read in their place: a condition suspends only what follows it, 要是 can mean "must be",
+a verb's complement negates (得不到), compound nouns with 不/非 do not, and 不就…吗 is rhetorical."""
+
+from __future__ import annotations
+
+import pytest
+
+from grader.rubric import negated, split_sentences
+
+
+def status_at(text: str, word: str) -> str:
+    s = split_sentences(text)[0]
+    pos = s.text.index(word)
+    for start, end, status in s.regions:
+        if start <= pos < end:
+            return status
+    return s.status
+
+
+def test_a_condition_later_in_the_sentence_leaves_what_comes_before_it_asserted() -> None:
+    text = "每个 token 都会被送到所有专家，如果某些专家太忙，它们所在的 rank 就会很慢。"
+    assert status_at(text, "所有专家") == "asserted"
+    assert status_at(text, "很慢") == "hedged"
+    assert status_at("如果用了 ZeRO，DP 会降低显存。", "降低") == "hedged"
+
+
+def test_yaoshi_without_a_consequence_means_must_be() -> None:
+    assert status_at("调度更复杂，m 要是 p 的倍数。", "倍数") == "asserted"
+    assert status_at("要是显存不够，就得开 ZeRO。", "zero") == "hedged"
+
+
+@pytest.mark.parametrize(
+    ("text", "word", "expected"),
+    [
+        ("加起来或平均都得不到正确的权重", "正确", True),
+        ("交错调度的点对点通信量和非交错一样", "一样", False),
+        ("专家之间的不平衡也无所谓", "无所谓", False),
+    ],
+)
+def test_negation_cues_are_read_as_words(text: str, word: str, expected: bool) -> None:
+    start = text.index(word)
+    assert negated(text, start, start + len(word)) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "answered"),
+    [
+        ("专家越大，all-to-all 不就越慢吗？", "flip"),
+        ("all-to-all 会更慢吗？当然，因为要传权重。", "positive"),
+    ],
+)
+def test_rhetorical_and_answered_questions(text: str, answered: str) -> None:
+    first = split_sentences(text)[0]
+    assert first.answered == answered and first.status == "asserted"
