@@ -153,6 +153,12 @@ _FALSE_CUES = [
     "无关紧要",
     "不一样",
     "无穷",
+    "别人",
+    "级别",
+    "个别",
+    "识别",
+    "告别",
+    "鉴别",
     "不平衡",
     "不均衡",
     "不均匀",
@@ -172,12 +178,16 @@ _TERMINATORS = re.compile(r"但是|但|然而|而是|可是|却|所以|因此|�
 _CAUSAL = frozenset({"所以", "因此"})  # terminators that a negation right before them reaches across
 _QUESTION_END = re.compile(r"(?:吗|么|呢)\s*[?？]?\s*$|[?？]\s*$")
 _QUESTION_CUES = re.compile(r"是否|难道|whether")
+# An A-not-A inside a statement that says it does not matter (用不用 ZeRO 都一样) asks nothing.
+_WHETHER_OR_NOT = re.compile(
+    r"都(?:一样|行|可以|相同|没关系|无所谓|不影响)|没(?:有)?(?:什么)?关系|无关|区别不大|无所谓|不影响"
+)
 _REPORTED = re.compile(
     r"有人(?:会)?(?:认为|说|以为|觉得|主张|声称)|网上(?:看到|有人)?(?:说|写)|有的(?:资料|文章|博客|人|教程)(?:上)?(?:写|说|认为)|(?:很多|不少|许多|一些|常有)(?:人|博客|文章|资料)?(?:认为|以为|觉得|说|误以为|宣称|声称)|误以为|误认为|错误地认为|"
-    r"以为|所谓|据说|听说|宣称|声称|号称|(?:有|一些|很多|不少)?(?:同学|朋友|老师|助教|网友)(?:说|认为|以为|觉得)|(?:直觉上|乍看|表面上|容易)(?:会)?(?:觉得|以为|认为)|会觉得|"
+    r"以为|所谓|据说|听说|宣称|声称|号称|(?:有|一些|很多|不少)?(?:同学|朋友|老师|助教|网友)(?:说|认为|以为|觉得)(?![得的](?:对|没错|有道理))|有(?:一)?种说法|(?:直觉上|乍看|表面上|容易)(?:会)?(?:觉得|以为|认为)|会觉得|"
     r"(?:一种|常见的?|典型的?)(?:误解|错误观点|错误说法|说法|看法)(?:是|认为)?|乍一看|乍看之下|表面上看|some people (?:think|say|believe)"
 )
-_CONTRAST = re.compile(r"但是|但|然而|可是|实际上|其实|事实上|而是|however|actually")
+_CONTRAST = re.compile(r"但是|但|然而|可是|实际上|其实|事实上|而是|后来|现在(?:我)?(?:知道|明白)|however|actually")
 _REFUTATION = re.compile(
     r"(?:这|此|该)(?:种|个|一|样)?(?:说法|观点|理解|看法|想法)?(?:是|属于|并|完全)*(?:一种|一个)?(?:错误|错|误解|误区|不对|不正确|不成立)"
     r"|(?:是|属于)(?:一种|一个)?(?:完全)?(?:错误的?|错的|误解|误区|不对的?|不正确的?)(?:说法|观点|理解|看法)?(?=[,:;。!?]|$)"
@@ -302,9 +312,18 @@ def _negates(m: re.Match[str], text: str, offset: int = 0) -> bool:
     except the 不 of a verb with its complement (得不到, 放不下, 做不完)."""
     bounds = word_bounds(text)
     a, b = offset + m.start(), offset + m.end()
-    if a in bounds or b in bounds:
+    if a in bounds:
         return True
-    return m.group() == "不" and a - 1 in bounds and b + 1 in bounds and bool(_HAN.match(text[a - 1 : a]))
+    start = max((k for k in bounds if k < a), default=0)
+    if b in bounds:
+        return text[start:a] in _NEG_ADVERBS  # 绝不, 毫无, 尚未; not the 别 of 级别
+    return m.group() == "不" and start == a - 1 and b + 1 in bounds and bool(_HAN.match(text[a - 1 : a]))
+
+
+# Adverbs that the segmenter glues to a negation cue (绝不, 毫无, 从未, 并非); the word still negates.
+_NEG_ADVERBS = frozenset(
+    "绝 毫 从 并 决 永 尚 也 都 就 还 亦 而 仍 均 皆 全 根本 完全 丝毫 始终 从来 绝对 一概 几乎 压根".split()
+)
 
 
 def _simplified(text: str) -> str:
@@ -500,7 +519,7 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
     if (
         _QUESTION_END.search(stripped)
         or any(_whole(m, text) for m in _QUESTION_CUES.finditer(text))
-        or _A_NOT_A.search(_mask(text, _FALSE_CUES))
+        or (_A_NOT_A.search(_mask(text, _FALSE_CUES)) and not _WHETHER_OR_NOT.search(text))
     ):
         return "question", ()
     contrasts = [m.span() for m in _CONTRAST.finditer(text)]
@@ -912,7 +931,15 @@ def load_rubric(path: Path, display: str) -> Rubric:
     for name, terms in lexicon.items():
         if not isinstance(terms, list) or not all(isinstance(t, str) and t for t in terms):
             raise ld.fail(f"{name}:", f"lexicon entry {name!r} must be a list of non-empty strings")
-        ld.lexicon[str(name)] = terms
+        expanded: list[str] = []
+        for term in terms:
+            if term.startswith("@"):
+                if term[1:] not in ld.lexicon:
+                    raise ld.fail(f"{name}:", f"lexicon entry {name!r}: {term!r} must name an entry defined above it")
+                expanded += ld.lexicon[term[1:]]
+            else:
+                expanded.append(term)
+        ld.lexicon[str(name)] = expanded
     key_points: dict[str, list[KeyPoint]] = {}
     for qid in QUESTION_IDS:
         q = data["questions"].get(qid)

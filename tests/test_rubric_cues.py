@@ -52,3 +52,34 @@ def test_negation_cues_are_read_as_words(text: str, word: str, expected: bool) -
 def test_rhetorical_and_answered_questions(text: str, answered: str) -> None:
     first = split_sentences(text)[0]
     assert first.answered == answered and first.status == "asserted"
+
+
+@pytest.mark.parametrize(
+    ("text", "word", "expected"),
+    [
+        ("结果和全量 bit 级别一样", "一样", False),  # the 别 of 级别 is no 别 (do not)
+        ("不用跟别人相加", "相加", True),
+        ("这绝不会降低显存", "降低", True),  # an adverb glued to the cue
+        ("从未减少", "减少", True),
+    ],
+)
+def test_a_cue_at_the_end_of_a_word_negates_only_after_an_adverb(text: str, word: str, expected: bool) -> None:
+    start = text.index(word)
+    assert negated(text, start, start + len(word)) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "status"),
+    [
+        ("跟用不用 ZeRO 没关系", "asserted"),  # A-not-A inside a statement that it does not matter
+        ("DP 能不能降低显存", "question"),
+    ],
+)
+def test_an_a_not_a_that_does_not_matter_asks_nothing(text: str, status: str) -> None:
+    assert split_sentences(text)[0].status == status
+
+
+def test_endorsing_a_classmate_is_not_reporting_a_belief() -> None:
+    assert status_at("同学说得对，SP 的通信更多。", "通信") == "asserted"
+    assert status_at("网上有种说法：MLP 两层之后各要一次 all-reduce。", "all-reduce") == "reported"
+    assert status_at("我一开始以为会减少，后来想明白了：分片结果完全相同。", "完全相同") == "asserted"
