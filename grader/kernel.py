@@ -27,13 +27,17 @@ from queue import Empty
 from typing import Any
 
 import nbformat
+import zmq
+import zmq.asyncio
+from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from traitlets import default
 
 from .course import Limits
-from .sandbox import UidLease, sandbox_prefix
+from .sandbox import Sandbox, UidLease
 from .text import clean
 
 RESULT_LIMIT = 1_000_000  # characters of JSON a single call may return
@@ -199,17 +203,102 @@ class RunReport:
     submission_timed_out: bool = False
 
 
-class _SandboxedKernelManager(AsyncKernelManager):
-    """An ipykernel started through a fixed argv (optionally inside bwrap), over IPC sockets."""
+# The kernel's own entry point: ipykernel without its debugger. Marking debugpy as missing makes
+# ipykernel skip the debugger (and the 18% of start-up that importing debugpy/pydevd costs); -P keeps
+# the working folder off sys.path. No history database either: grading never asks for history.
+KERNEL_ARGV = [
+    "-P",
+    "-c",
+    "import sys; sys.modules['debugpy'] = None; from ipykernel.kernelapp import launch_new_instance; "
+    "launch_new_instance()",
+    "--HistoryManager.enabled=False",
+]
 
-    prefix: list[str] = []
+
+class _ReadyClient(AsyncKernelClient):
+    """A client whose start waits for the kernel's first reply and one iopub message, not for silence.
+
+    jupyter_client waits for 0.2 s of iopub silence after ``kernel_info_reply``. Output is safe once
+    iopub delivers a message: the subscription is then in place, and nbclient keeps only messages
+    whose parent is the cell it runs, so stale start-up messages are ignored anyway."""
+
+    @default("context")
+    def _fast_reconnecting_context(self) -> zmq.asyncio.Context:
+        # The client usually connects before the kernel has bound its sockets; ZeroMQ then retries
+        # every 100 ms by default, which would sit idle on the path of every cold start.
+        self._created_context = True
+        context = zmq.asyncio.Context()
+        context.setsockopt(zmq.RECONNECT_IVL, 5)
+        return context
+
+    async def _async_wait_for_ready(self, timeout: float | None = None) -> None:
+        deadline = time.monotonic() + (timeout if timeout is not None else 60.0)
+        while time.monotonic() < deadline:
+            msg_id = self.kernel_info()
+            try:
+                reply = await self._async_recv_reply(msg_id, timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+            except TimeoutError:
+                if not await self._async_is_alive():
+                    raise RuntimeError("Kernel died before replying to kernel_info") from None
+                continue
+            # The kernel answers kernel_info on iopub too (busy, idle): one of them proves the subscription.
+            try:
+                await self._async_get_iopub_msg(timeout=0.5)
+            except Empty:
+                continue  # subscribed too late for this request's messages: ask again
+            self._handle_kernel_info_reply(reply)
+            return
+        raise RuntimeError("Kernel didn't respond in time")
+
+    wait_for_ready = _async_wait_for_ready
+
+
+class _SandboxedKernelManager(AsyncKernelManager):
+    """An ipykernel started through a fixed argv (optionally inside bwrap), over IPC sockets.
+
+    In a sandbox the sockets live in the sandbox's own /tmp; once the sandbox runs, the manager's
+    ``ip`` is switched to the same place as seen from the host (``/proc/<pid>/root/...``)."""
+
+    sandbox: Sandbox | None = None
 
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
-        return [*self.prefix, sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file]
+        if self.sandbox is None:
+            return [sys.executable, *KERNEL_ARGV, "-f", self.connection_file]
+        argv = [sys.executable, *KERNEL_ARGV, "-f", f"{self.sandbox.inside_dir}/kernel.json"]
+        return self.sandbox.command(Path(self.connection_file), argv)
 
     def write_connection_file(self, **kwargs: Any) -> None:
         super().write_connection_file(**kwargs)
-        os.chmod(self.connection_file, 0o644)  # the kernel runs under another uid
+        os.chmod(self.connection_file, 0o644)  # the kernel may run under another uid
+
+    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw: Any) -> None:
+        await super()._async_launch_kernel(kernel_cmd, **kw)
+        if self.sandbox is not None:
+            assert self.provisioner is not None
+            process = getattr(self.provisioner, "process", None)
+            assert process is not None
+            self.sandbox.attach(process.pid)
+            self.ip = self.sandbox.host_path(f"{self.sandbox.inside_dir}/k")
+
+    async def _async_shutdown_kernel(self, now: bool = False, restart: bool = False) -> None:
+        """Kill the sandbox and wait on its process: no shutdown request, no 100 ms polling."""
+        self.shutting_down = True
+        self.stop_restarter()
+        process = getattr(self.provisioner, "process", None)
+        try:
+            if self.sandbox is not None:
+                self.sandbox.kill()
+            if process is not None:
+                if process.poll() is None:
+                    process.kill()
+                process.wait(timeout=10)  # returns as soon as the kernel is reaped
+                self.provisioner.process = None  # type: ignore[union-attr]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        finally:
+            await self._async_cleanup_resources(restart=restart)
+
+    shutdown_kernel = _async_shutdown_kernel
 
 
 class _CappedClient(NotebookClient):
@@ -309,16 +398,18 @@ class KernelSession:
     def __init__(self, limits: Limits, sandbox: bool = True) -> None:
         self.limits = limits
         self.sandbox = sandbox
-        self.ipc_dir = Path(tempfile.mkdtemp(prefix="course-kernel-"))
-        os.chmod(self.ipc_dir, 0o733)
+        self.box: Sandbox | None = Sandbox(limits) if sandbox else None
+        # A private host folder (0700) for the connection file; without a sandbox, the sockets too.
+        self.host_dir = Path(tempfile.mkdtemp(prefix="course-kernel-"))
+        ip = f"{self.box.inside_dir}/k" if self.box else str(self.host_dir / "k")
         self.km = _SandboxedKernelManager(
             kernel_name="python3",
             transport="ipc",
-            ip=str(self.ipc_dir / "k"),
-            connection_file=str(self.ipc_dir / "kernel.json"),
+            ip=ip,
+            connection_file=str(self.host_dir / "kernel.json"),
         )
-        self.lease = UidLease.acquire() if sandbox else None
-        self.km.prefix = sandbox_prefix(self.ipc_dir, limits, self.lease.uid) if self.lease else []
+        self.km.client_factory = _ReadyClient
+        self.km.sandbox = self.box
         self.client: _CappedClient | None = None
         self._timer: threading.Timer | None = None
         self.killed_by_timer = False
@@ -328,7 +419,7 @@ class KernelSession:
     def start(self) -> None:
         """Launch the kernel process; it finishes booting in the background."""
         run_sync(self.km.start_kernel)(
-            cwd=str(self.ipc_dir) if not self.sandbox else None,
+            cwd=str(self.host_dir) if not self.sandbox else None,
             env=self._env(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -339,14 +430,28 @@ class KernelSession:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")}
         env.update(
             {
-                "HOME": str(self.ipc_dir),
-                "IPYTHONDIR": str(self.ipc_dir / ".ipython"),
+                "HOME": str(self.host_dir),
+                "IPYTHONDIR": str(self.host_dir / ".ipython"),
                 "OPENBLAS_NUM_THREADS": "1",
-                "PYDEVD_DISABLE_FILE_VALIDATION": "1",
                 "JUPYTER_PLATFORM_DIRS": "1",
             }
         )
         return env
+
+    @property
+    def lease(self) -> UidLease | None:
+        """The uid leased for this kernel (root mode), for code that starts the kernel another way."""
+        return self.box.lease if self.box is not None else None
+
+    @property
+    def ipc_dir(self) -> Path:
+        """The private host folder that holds the connection file."""
+        return self.host_dir
+
+    @property
+    def memory_exceeded(self) -> bool:
+        """Whether the memory watcher killed this submission for holding more than ``memory_mb``."""
+        return self.box is not None and self.box.memory_exceeded
 
     def run_cells(self, cells: list[tuple[str, str]], report: RunReport) -> None:
         """Execute (id, source) cells in order with nbclient, recording each cell's fate."""
@@ -399,6 +504,8 @@ class KernelSession:
     def _kill_on_deadline(self) -> None:
         self.killed_by_timer = True
         self._dead = True
+        if self.box is not None:
+            self.box.kill()
         process = getattr(self.km.provisioner, "process", None)
         if process is not None and process.poll() is None:
             process.kill()
@@ -456,6 +563,7 @@ class KernelSession:
         return _parse_result(reply, function, self._cells)
 
     def close(self) -> None:
+        """Kill the kernel and everything it started, and remove all it had on the host."""
         if self._timer is not None:
             self._timer.cancel()
         try:
@@ -465,13 +573,9 @@ class KernelSession:
         except Exception:  # noqa: BLE001 - the kernel may already be gone; cleanup must not fail
             pass
         finally:
-            try:
-                run_sync(self.km.cleanup_resources)()
-            except Exception:  # noqa: BLE001
-                pass
-            shutil.rmtree(self.ipc_dir, ignore_errors=True)
-            if self.lease is not None:  # the sandbox is gone, so its uid is free again
-                self.lease.release()
+            if self.box is not None:  # kills what is left, removes its cgroups, frees its uid
+                self.box.close()
+            shutil.rmtree(self.host_dir, ignore_errors=True)
 
 
 def _expression_json(reply: dict[str, Any] | None) -> Any:

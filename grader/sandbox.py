@@ -1,10 +1,22 @@
-"""The command line that starts a student kernel inside a bubblewrap sandbox.
+"""The sandbox a student kernel runs in: bubblewrap, and limits that hold per submission.
 
 The sandbox sees a read-only Python runtime and nothing else of the host: no course repo, no
-``solutions/``, no other submission, no home directory and no network. It runs as an unprivileged
-uid of its own, in its own PID namespace, under rlimits for memory, processes, file size and CPU.
-The grader reaches the kernel through unix sockets in ``ipc_dir``, the one host folder bound in.
-See docs/security.md for the threat model.
+``solutions/``, no other submission, no home directory and no network. Its only writable place is
+its own ``/tmp``, a size-capped tmpfs that vanishes with the sandbox; the kernel's IPC sockets live
+there too, and the grader reaches them through ``/proc/<pid>/root``. So nothing a submission writes
+ever lands on the host's disks.
+
+Two modes, chosen by who runs the grader (see docs/security.md):
+
+- **root mode**: the kernel runs as a uid leased for it alone (``UidLease``), and, where the cgroup
+  v1 hierarchy is writable, in a cgroup of its own that caps the memory and the process count of
+  the whole submission.
+- **user-namespace mode** (an ordinary user): bubblewrap gives each kernel a user namespace of its
+  own. Linux (5.14 and later) counts ``RLIMIT_NPROC`` per user namespace and uid, so a fork bomb in
+  one kernel cannot starve another. The memory of the submission's process tree is summed by a
+  watcher in the grader, which kills the whole sandbox over the cap.
+
+In both, rlimits per process (address space, processes, file size, CPU) stay as a backstop.
 """
 
 from __future__ import annotations
@@ -12,11 +24,17 @@ from __future__ import annotations
 import fcntl
 import itertools
 import os
+import platform
+import secrets
 import shutil
+import signal
+import subprocess
 import sys
 import sysconfig
-import tempfile
 import threading
+import time
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from .course import Limits
@@ -27,15 +45,30 @@ INSTALL_HINT = (
     "namespaces here. Install it with `apt-get install bubblewrap` (scripts/setup does this), "
     "or pass --no-sandbox when grading code you trust."
 )
+USERNS_HINT = (
+    "as an ordinary user, the sandbox needs unprivileged user namespaces (sysctl "
+    "user.max_user_namespaces > 0; on Debian kernel.unprivileged_userns_clone=1; on Ubuntu "
+    "kernel.apparmor_restrict_unprivileged_userns=0) and Linux 5.14 or later, which counts the "
+    "process limit per user namespace. Grade as root, ask the host to allow these, "
+    "or pass --no-sandbox when grading code you trust."
+)
 
-# Each live kernel gets a uid of its own, so that an rlimit on processes in one kernel (which Linux
-# counts per uid) cannot starve another kernel of threads. A uid is leased with a lock file, so that
-# two grader processes on one machine (a CLI batch and a service worker, say) never share one.
+# Each live kernel in root mode gets a uid of its own, so that an rlimit on processes in one kernel
+# (which Linux counts per uid) cannot starve another kernel of threads. A uid is leased with a lock
+# file, so that two grader processes on one machine (a CLI batch and a service worker, say) never
+# share one. The lock folder is fixed (not $TMPDIR), so every grader on the machine sees the same one.
 _UID_BASE = 61000
 _UID_COUNT = 2000
-_LOCK_DIR = Path(tempfile.gettempdir()) / "course-kernel-uids"
+_LOCK_DIR = Path("/run/lock/course-kernel-uids") if Path("/run/lock").is_dir() else Path("/tmp/course-kernel-uids")
 _uid_counter = itertools.count()
 _uid_lock = threading.Lock()
+
+# The user-namespace mode relies on RLIMIT_NPROC being counted per user namespace (ucounts).
+_MIN_KERNEL = (5, 14)
+# How often the memory watcher samples a sandbox's process tree. A submission can exceed its memory
+# cap by what it allocates between two samples before it is killed (see docs/security.md).
+WATCH_INTERVAL_S = 0.01
+_CGROUP_PREFIX = "course-kernel-"
 
 
 class UidLease:
@@ -47,25 +80,31 @@ class UidLease:
 
     @classmethod
     def acquire(cls) -> UidLease:
-        if not _LOCK_DIR.is_dir():
-            _LOCK_DIR.mkdir(exist_ok=True)
-            os.chmod(_LOCK_DIR, 0o1777)  # shared by every grader on the machine, whoever runs it
         with _uid_lock:
             start = next(_uid_counter) + os.getpid()
         for offset in range(_UID_COUNT):
-            uid = _UID_BASE + (start + offset) % _UID_COUNT
-            try:
-                # Read-only is enough for flock, so a lock file another user created still works.
-                fd = os.open(_LOCK_DIR / str(uid), os.O_RDONLY | os.O_CREAT, 0o644)
-            except OSError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(fd)
-                continue
-            return cls(uid, fd)
+            lease = cls.try_acquire(_UID_BASE + (start + offset) % _UID_COUNT)
+            if lease is not None:
+                return lease
         raise CourseError(f"all {_UID_COUNT} sandbox uids from {_UID_BASE} are in use; grade fewer at once")
+
+    @classmethod
+    def try_acquire(cls, uid: int) -> UidLease | None:
+        """The lease on ``uid`` if no one holds it, else None."""
+        if not _LOCK_DIR.is_dir():
+            _LOCK_DIR.mkdir(exist_ok=True)
+            os.chmod(_LOCK_DIR, 0o1777)  # shared by every grader on the machine, whoever runs it
+        try:
+            # Read-only is enough for flock, so a lock file another user created still works.
+            fd = os.open(_LOCK_DIR / str(uid), os.O_RDONLY | os.O_CREAT, 0o644)
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return None
+        return cls(uid, fd)
 
     def release(self) -> None:
         if self._fd is not None:
@@ -90,99 +129,443 @@ def _parents(paths: list[Path]) -> list[Path]:
     return sorted(out, key=lambda a: len(a.parts))
 
 
-def sandbox_prefix(ipc_dir: Path, limits: Limits, uid: int) -> list[str]:
-    """bwrap + setpriv + prlimit, ready to be followed by the kernel's own argv."""
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
+# --- cgroup v1 (root mode) -------------------------------------------------------------------
+def _own_cgroup(controller: str) -> Path | None:
+    """This process's cgroup folder for a v1 ``controller``, if that hierarchy is mounted."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            folder = Path("/sys/fs/cgroup", controller, path.lstrip("/"))
+            return folder if folder.is_dir() else None
+    return None
+
+
+class CgroupV1:
+    """A submission's own memory and pids cgroups, made before its kernel starts, removed after.
+
+    They are made under the grader's own cgroups, so whatever caps the grader also caps them.
+    Their names carry the leased uid, which no other live kernel on the machine holds."""
+
+    def __init__(self, name: str, limits: Limits) -> None:
+        memory, pids = _own_cgroup("memory"), _own_cgroup("pids")
+        if memory is None or pids is None:
+            raise OSError("no cgroup v1 memory and pids hierarchy")
+        self.memory, self.pids = memory / name, pids / name
+        for folder in (self.memory, self.pids):
+            if folder.exists():  # left by a grader that crashed while holding this uid
+                _empty_and_remove(folder)
+            folder.mkdir()
+        cap = limits.memory_mb * 1024 * 1024
+        (self.memory / "memory.limit_in_bytes").write_text(str(cap))
+        swap = self.memory / "memory.memsw.limit_in_bytes"
+        if swap.exists():  # memory + swap: no way round the cap through swap
+            swap.write_text(str(cap))
+        (self.pids / "pids.max").write_text(str(limits.max_processes))
+
+    def procs_files(self) -> list[str]:
+        return [str(self.memory / "cgroup.procs"), str(self.pids / "cgroup.procs")]
+
+    def peak_memory_bytes(self) -> int:
+        return int((self.memory / "memory.max_usage_in_bytes").read_text())
+
+    def remove(self) -> None:
+        for folder in (self.memory, self.pids):
+            _empty_and_remove(folder)
+
+
+def _empty_and_remove(folder: Path, timeout: float = 10.0) -> None:
+    """Kill every process left in a cgroup, then remove it once the kernel has reaped them."""
+    deadline = time.monotonic() + timeout
+    delay = 0.0005
+    while folder.exists():
+        try:
+            pids = [int(p) for p in (folder / "cgroup.procs").read_text().split()]
+        except OSError:
+            pids = []
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            folder.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:  # busy: killed processes not reaped yet
+            if time.monotonic() > deadline:
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+
+
+def _cgroups_writable() -> bool:
+    """Whether this process may make cgroups that cap memory and processes (tried, not guessed)."""
+    try:
+        probe = CgroupV1(f"{_CGROUP_PREFIX}probe-{os.getpid()}", Limits())
+    except OSError:
+        return False
+    probe.remove()
+    _remove_stale_cgroups()
+    return True
+
+
+def _remove_stale_cgroups() -> None:
+    """Remove cgroups a crashed grader left behind: those whose uid no live grader holds."""
+    for controller in ("memory", "pids"):
+        own = _own_cgroup(controller)
+        for folder in own.glob(f"{_CGROUP_PREFIX}*") if own is not None else []:
+            suffix = folder.name.removeprefix(_CGROUP_PREFIX)
+            if not suffix.isdigit():
+                continue
+            lease = UidLease.try_acquire(int(suffix))
+            if lease is not None:  # held while removing, so no new kernel of that uid races us
+                _empty_and_remove(folder)
+                lease.release()
+
+
+# --- mode ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Mode:
+    """How sandboxes isolate on this machine, found once per process."""
+
+    root: bool  # root mode (leased uids); otherwise user-namespace mode
+    cgroups: bool  # per-submission cgroups (root mode on a writable cgroup v1 hierarchy)
+
+    def describe(self) -> str:
+        if self.root and self.cgroups:
+            return "root mode (leased uid per kernel, cgroup v1 memory+pids per submission)"
+        if self.root:
+            return (
+                "root mode (leased uid per kernel; no writable cgroup v1 hierarchy, so memory is watched "
+                "per submission and processes are limited per uid)"
+            )
+        return (
+            "user-namespace mode (own user namespace per kernel with a process limit of its own, "
+            "memory watched per submission)"
+        )
+
+
+def _kernel_version() -> tuple[int, int]:
+    parts = platform.release().split(".")
+    try:
+        return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+@lru_cache(maxsize=1)
+def detect_mode() -> Mode:
+    """Root mode for root, user-namespace mode otherwise; refuses where neither can isolate."""
+    if shutil.which("bwrap") is None:
         raise CourseError(INSTALL_HINT)
-    runtime = [p for p in _runtime_paths() if not str(p).startswith("/usr/")]
-    cmd = [
-        bwrap,
-        "--unshare-ipc",
-        "--unshare-pid",
-        "--unshare-net",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--die-with-parent",
-        "--new-session",
-        "--ro-bind",
-        "/usr",
-        "/usr",
-        "--symlink",
-        "usr/lib",
-        "/lib",
-        "--symlink",
-        "usr/lib64",
-        "/lib64",
-        "--symlink",
-        "usr/bin",
-        "/bin",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--perms",
-        "1777",
-        "--size",
-        str(limits.file_size_mb * 4 * 1024 * 1024),
-        "--tmpfs",
-        "/tmp",
-    ]
-    for parent in _parents(runtime + [ipc_dir]):
-        cmd += ["--perms", "0755", "--dir", str(parent)]
-    for path in runtime:
-        cmd += ["--ro-bind", str(path), str(path)]
-    cmd += ["--bind", str(ipc_dir), str(ipc_dir), "--chdir", "/tmp", "--clearenv"]
-    env = {
-        "HOME": "/tmp",
-        "PATH": "/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "IPYTHONDIR": "/tmp/.ipython",
-        "MPLBACKEND": "Agg",
-        "OPENBLAS_NUM_THREADS": "1",
-        "OMP_NUM_THREADS": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "JUPYTER_PLATFORM_DIRS": "1",
-        "JUPYTER_RUNTIME_DIR": "/tmp/.jupyter",
-    }
-    for key, value in env.items():
-        cmd += ["--setenv", key, value]
-    cmd += [
-        "--",
-        "setpriv",
-        f"--reuid={uid}",
-        f"--regid={uid}",
-        "--clear-groups",
-        "--inh-caps=-all",
-        "--bounding-set=-all",
-        "--",
-    ]
-    cmd += [
-        "prlimit",
-        f"--as={limits.memory_mb * 1024 * 1024}",
-        f"--nproc={limits.max_processes}",
-        f"--fsize={limits.file_size_mb * 1024 * 1024}",
-        f"--cpu={limits.cpu_seconds}",
-        "--core=0",
-        "--",
-    ]
-    return cmd
+    if os.geteuid() == 0:
+        return Mode(root=True, cgroups=_cgroups_writable())
+    if _kernel_version() < _MIN_KERNEL:
+        raise CourseError(f"Linux {platform.release()} counts processes per uid only: {USERNS_HINT}")
+    return Mode(root=False, cgroups=False)
 
 
-def check_available() -> None:
-    """Fail with the install hint unless a trivial sandbox starts here."""
-    import subprocess
+# --- memory watcher (no cgroup) --------------------------------------------------------------
+def _children(pid: int) -> list[int]:
+    """Children of every thread of ``pid`` (a process forked from any thread counts)."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
+                out.extend(int(c) for c in fh.read().split())
+        except OSError:
+            pass
+    return out
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident memory of ``root`` and all its descendants, summed (shared pages count each time)."""
+    total, stack, seen = 0, [root], set()
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        try:
+            with open(f"/proc/{pid}/statm", "rb") as fh:
+                total += int(fh.read().split()[1]) * _PAGE
+        except (OSError, IndexError, ValueError):
+            continue
+        stack.extend(_children(pid))
+    return total
+
+
+class _Watcher:
+    """One thread per grader process that samples every watched sandbox and kills any over its cap.
+
+    A sandbox's processes all descend from its pid 1 (orphans are re-parented to it inside its PID
+    namespace), so summing the tree below that pid covers the whole submission."""
+
+    def __init__(self) -> None:
+        self._sandboxes: set[Sandbox] = set()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def add(self, sandbox: Sandbox) -> None:
+        with self._cond:
+            self._sandboxes.add(sandbox)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="course-memory-watcher", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def remove(self, sandbox: Sandbox) -> None:
+        with self._cond:
+            self._sandboxes.discard(sandbox)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._sandboxes:
+                    self._cond.wait()
+                watched = list(self._sandboxes)
+            for sandbox in watched:
+                try:
+                    sandbox.sample()
+                except Exception:  # noqa: BLE001 - one odd sandbox must not stop the watching of all
+                    sandbox.kill()
+            time.sleep(WATCH_INTERVAL_S)
+
+
+_WATCHER = _Watcher()
+
+
+# --- one sandbox per submission --------------------------------------------------------------
+class Sandbox:
+    """One submission's sandbox: identity, limits, the command that starts it, and its removal.
+
+    Make it, put ``command(...)`` in front of the kernel's argv, call ``attach(pid)`` once the
+    command runs, and ``close()`` when the submission is done (kills what is left, frees the uid
+    and removes the cgroups)."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.mode = detect_mode()
+        self.lease = UidLease.acquire() if self.mode.root else None
+        # Where the kernel's sockets live inside the sandbox: its own /tmp, under a name nobody can
+        # guess, so a socket planted in the host's /tmp can never stand in for it.
+        self.inside_dir = f"/tmp/.course-ipc-{secrets.token_hex(8)}"
+        self.cgroup: CgroupV1 | None = None
+        self.pid1: int | None = None
+        self._pidfd: int | None = None  # signals go through it, so a reused pid is never hit
+        self.peak_bytes = 0
+        self.memory_exceeded = False
+        try:
+            if self.mode.cgroups and self.lease is not None:
+                self.cgroup = CgroupV1(f"{_CGROUP_PREFIX}{self.lease.uid}", limits)
+        except OSError:
+            self.close()
+            raise
+
+    @property
+    def memory_cap_bytes(self) -> int:
+        return self.limits.memory_mb * 1024 * 1024
+
+    def command(self, connection_file: Path, kernel_argv: list[str]) -> list[str]:
+        """bwrap (+ cgroup entry, uid switch) + prlimit, followed by ``kernel_argv``.
+
+        ``connection_file`` is bound read-only at ``inside_dir/kernel.json``."""
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            raise CourseError(INSTALL_HINT)
+        limits = self.limits
+        runtime = [p for p in _runtime_paths() if not str(p).startswith("/usr/")]
+        cmd = [bwrap]
+        if not self.mode.root:
+            cmd += ["--unshare-user", "--disable-userns"]
+        cmd += [
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--symlink",
+            "usr/lib",
+            "/lib",
+            "--symlink",
+            "usr/lib64",
+            "/lib64",
+            "--symlink",
+            "usr/bin",
+            "/bin",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--perms",
+            "1777",
+            "--size",
+            str(limits.file_size_mb * 4 * 1024 * 1024),
+            "--tmpfs",
+            "/tmp",
+            "--perms",
+            "0777",
+            "--dir",
+            self.inside_dir,
+            "--ro-bind",
+            str(connection_file),
+            f"{self.inside_dir}/kernel.json",
+        ]
+        for parent in _parents(runtime):
+            cmd += ["--perms", "0755", "--dir", str(parent)]
+        for path in runtime:
+            cmd += ["--ro-bind", str(path), str(path)]
+        cmd += ["--chdir", "/tmp", "--clearenv"]
+        env = {
+            "HOME": "/tmp",
+            "PATH": "/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "IPYTHONDIR": "/tmp/.ipython",
+            "MPLBACKEND": "Agg",
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MB of address space per thread otherwise
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "JUPYTER_PLATFORM_DIRS": "1",
+            "JUPYTER_RUNTIME_DIR": "/tmp/.jupyter",
+        }
+        for key, value in env.items():
+            cmd += ["--setenv", key, value]
+        cmd += ["--"]
+        if self.lease is not None:
+            uid = self.lease.uid
+            cmd += [
+                "setpriv",
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ]
+        cmd += [
+            "prlimit",
+            f"--as={self.memory_cap_bytes}",
+            f"--nproc={limits.max_processes}",
+            f"--fsize={limits.file_size_mb * 1024 * 1024}",
+            f"--cpu={limits.cpu_seconds}",
+            "--core=0",
+            "--",
+            *kernel_argv,
+        ]
+        if self.cgroup is not None:
+            # Enter the cgroups before bwrap forks anything, so no process of the sandbox is outside.
+            enter = 'for f in "$1" "$2"; do echo $$ > "$f" || exit 125; done; shift 2; exec "$@"'
+            cmd = ["/bin/sh", "-c", enter, "course-kernel", *self.cgroup.procs_files(), *cmd]
+        return cmd
+
+    def attach(self, launcher_pid: int, timeout: float = 30.0) -> None:
+        """Find the sandbox's pid 1 (bwrap's child) and start watching its memory if no cgroup does."""
+        deadline = time.monotonic() + timeout
+        delay = 0.0002
+        while self.pid1 is None:
+            kids = _children(launcher_pid)
+            if kids:
+                try:
+                    self._pidfd = os.pidfd_open(kids[0])
+                except ProcessLookupError:
+                    raise CourseError("the sandbox did not start") from None
+                self.pid1 = kids[0]
+                break
+            if not Path(f"/proc/{launcher_pid}").exists() or time.monotonic() > deadline:
+                raise CourseError("the sandbox did not start")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.01)
+        if self.cgroup is None:
+            _WATCHER.add(self)
+
+    def host_path(self, inside: str) -> str:
+        """A path inside the sandbox as the grader reaches it, through the sandbox's root."""
+        assert self.pid1 is not None
+        return f"/proc/{self.pid1}/root{inside}"
+
+    def sample(self) -> None:
+        """One look at the submission's memory (the watcher calls this); kill it over the cap."""
+        pid1 = self.pid1
+        if pid1 is None:
+            return
+        used = tree_rss_bytes(pid1)
+        self.peak_bytes = max(self.peak_bytes, used)
+        if used > self.memory_cap_bytes:
+            self.memory_exceeded = True
+            self.kill()
+
+    def kill(self) -> None:
+        """Kill every process of the sandbox: its pid 1 takes its whole PID namespace with it."""
+        if self._pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except OSError:  # already gone
+                pass
+
+    def peak_memory_bytes(self) -> int:
+        """The most memory the submission held at once: the cgroup's record, else the watcher's."""
+        if self.cgroup is not None:
+            try:
+                return self.cgroup.peak_memory_bytes()
+            except OSError:
+                pass
+        return self.peak_bytes
+
+    def close(self) -> None:
+        _WATCHER.remove(self)
+        self.kill()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        if self.cgroup is not None:
+            self.peak_bytes = self.peak_memory_bytes()
+            self.cgroup.remove()
+            self.cgroup = None
+        if self.lease is not None:  # the sandbox is gone, so its uid is free again
+            self.lease.release()
+            self.lease = None
+
+
+def check_available() -> str:
+    """Check that a trivial sandbox starts here; print and return the mode's one-line description.
+
+    Raises CourseError naming what the host must install or allow when no sandbox can isolate."""
     import tempfile
 
+    mode = detect_mode()
     with tempfile.TemporaryDirectory() as tmp:
-        lease = UidLease.acquire()
+        conn = Path(tmp) / "kernel.json"
+        conn.write_text("{}")
+        sandbox = Sandbox(Limits())
         try:
-            cmd = sandbox_prefix(Path(tmp), Limits(), lease.uid) + [sys.executable, "-c", "pass"]
+            cmd = sandbox.command(conn, [sys.executable, "-c", "pass"])
             proc = subprocess.run(cmd, capture_output=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired):
             raise CourseError(INSTALL_HINT) from None
         finally:
-            lease.release()
+            sandbox.close()
         if proc.returncode != 0:
             detail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or [""]
-            raise CourseError(f"{INSTALL_HINT} (bwrap said: {detail[0]})")
+            hint = INSTALL_HINT if mode.root else USERNS_HINT
+            raise CourseError(f"{hint} (bwrap said: {detail[0]})")
+    line = f"sandbox: {mode.describe()}"
+    print(line, file=sys.stderr)
+    return line

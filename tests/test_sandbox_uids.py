@@ -3,8 +3,11 @@ so a fork bomb graded by one cannot exhaust the process limit of a kernel graded
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+
+import pytest
 
 from grader.sandbox import UidLease
 
@@ -17,8 +20,13 @@ sys.stdin.read()  # hold the leases until the parent closes stdin
 """
 
 
-def test_two_processes_never_share_a_uid():
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("tmpdir", [None, "elsewhere"])
+def test_two_processes_never_share_a_uid(tmp_path, tmpdir):
+    """Also when the other grader (a service worker, say) has a TMPDIR of its own."""
+    env = dict(os.environ, TMPDIR=str(tmp_path)) if tmpdir else None
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert holder.stdout is not None
         theirs = set(map(int, holder.stdout.readline().split()))
