@@ -60,6 +60,8 @@ def grade_code(
             messages.append(f"无法在沙箱中运行你的代码（{type(exc).__name__}），代码部分记 0 分；请联系助教。")
         finally:
             session.close()
+            if session.memory_exceeded:
+                messages.append(MEMORY_EXCEEDED)
     messages += _run_messages(report)
     for c in results:
         messages.append(("✓ " if c.passed else "✗ ") + c.description + ("" if c.passed else f"：{c.reason}"))
@@ -72,6 +74,7 @@ EXTRA_CELLS = (
     "这些新增单元不会运行：请把需要的辅助函数写进题目的代码单元里。"
 )
 NOT_RUN = "代码单元没有完整运行，无法测试"
+MEMORY_EXCEEDED = "你的代码占用的内存超过了上限，内核已被终止。"
 SKIPPED = "，所以隐藏测试无法进行，代码部分记 0 分。"
 
 
