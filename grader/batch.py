@@ -75,6 +75,7 @@ def grade_many(
     lesson: str | None = None,
     overrides: dict[str, Override] | None = None,
     progress: bool = True,
+    prefork: bool = False,
 ) -> list[dict[str, Any]]:
     """Grade planned entries and return results in the same order, each carrying its student."""
     local = threading.local()
@@ -85,7 +86,7 @@ def grade_many(
     def work(entry: Entry) -> dict[str, Any]:
         grader = getattr(local, "grader", None)
         if grader is None:
-            grader = local.grader = Grader(course, sandbox=sandbox)
+            grader = local.grader = Grader(course, sandbox=sandbox, prefork=prefork)
             with lock:
                 graders.append(grader)
         try:

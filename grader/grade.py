@@ -7,6 +7,7 @@ the submission's bytes and the course sources, so the same notebook always gets 
 from __future__ import annotations
 
 import hashlib
+import os
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from .code_item import grade_code
 from .course import Course
 from .kernel import KernelSession
 from .lesson import CODE_POINTS, QUESTION_IDS, QUESTION_POINTS, Lesson
+from .provisioner import ZygotePool
 from .rubric import AnswerResult, Rubric, load_rubric, score_answer
 from .submission import SubmissionError, extract, lesson_of, read_notebook, read_submission_file
 from .text import clean, one_line
@@ -37,11 +39,14 @@ class LessonKit:
 class Grader:
     """Grades submissions of a course. Keeps one warm kernel ready to take start-up off the path."""
 
-    def __init__(self, course: Course, sandbox: bool = True) -> None:
+    def __init__(self, course: Course, sandbox: bool = True, prefork: bool = False) -> None:
         self.course = course
         self.sandbox = sandbox
         self._kits: dict[str, LessonKit] = {}
         self._spare: KernelSession | None = None
+        # With ``prefork`` (root mode only, opt-in until it is measured on a quiet machine), kernels are
+        # forked from one zygote per grader instead of started afresh: see docs/security.md.
+        self._zygotes = ZygotePool() if sandbox and prefork and os.geteuid() == 0 else None
 
     def kit(self, slug: str) -> LessonKit:
         if slug not in self._kits:
@@ -60,9 +65,9 @@ class Grader:
         """Take the warm kernel (or start one) and immediately start the next."""
         session = self._spare
         if session is None:
-            session = KernelSession(self.course.limits, self.sandbox)
+            session = KernelSession(self.course.limits, self.sandbox, self._zygotes)
             session.start()
-        self._spare = KernelSession(self.course.limits, self.sandbox)
+        self._spare = KernelSession(self.course.limits, self.sandbox, self._zygotes)
         try:
             self._spare.start()
         except Exception:  # noqa: BLE001 - the next submission will report the failure itself
@@ -74,6 +79,8 @@ class Grader:
         if self._spare is not None:
             self._spare.close()
             self._spare = None
+        if self._zygotes is not None:
+            self._zygotes.close()
 
     def grade_file(self, path: Path, expect_lesson: str | None = None, name: str | None = None) -> dict[str, Any]:
         """Grade a notebook file; never raises for a bad submission. ``name`` is how the file is shown."""

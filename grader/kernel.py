@@ -37,6 +37,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from traitlets import default
 
 from .course import Limits
+from .provisioner import ZygoteKernelManager, ZygotePool
 from .sandbox import Sandbox, UidLease
 from .text import clean
 
@@ -395,21 +396,28 @@ def _trim_error(content: Any) -> dict[str, Any]:
 class KernelSession:
     """One kernel for one submission. Start it early (``start``), use it once, then ``close``."""
 
-    def __init__(self, limits: Limits, sandbox: bool = True) -> None:
+    def __init__(self, limits: Limits, sandbox: bool = True, zygotes: ZygotePool | None = None) -> None:
         self.limits = limits
         self.sandbox = sandbox
         self.box: Sandbox | None = Sandbox(limits) if sandbox else None
         # A private host folder (0700) for the connection file; without a sandbox, the sockets too.
         self.host_dir = Path(tempfile.mkdtemp(prefix="course-kernel-"))
-        ip = f"{self.box.inside_dir}/k" if self.box else str(self.host_dir / "k")
-        self.km = _SandboxedKernelManager(
-            kernel_name="python3",
-            transport="ipc",
-            ip=ip,
-            connection_file=str(self.host_dir / "kernel.json"),
-        )
+        self.km: AsyncKernelManager
+        if zygotes is not None and self.box is not None and self.box.lease is not None:
+            # Forked from the worker's zygote (root mode): the box's uid, cgroups and limits.
+            cgroups = tuple(Path(f).parent for f in self.box.cgroup.procs_files()) if self.box.cgroup else ()
+            self.km = zygotes.kernel_manager(self.box.lease.uid, limits, str(self.host_dir / "kernel.json"), cgroups)
+        else:
+            ip = f"{self.box.inside_dir}/k" if self.box else str(self.host_dir / "k")
+            km = _SandboxedKernelManager(
+                kernel_name="python3",
+                transport="ipc",
+                ip=ip,
+                connection_file=str(self.host_dir / "kernel.json"),
+            )
+            km.sandbox = self.box
+            self.km = km
         self.km.client_factory = _ReadyClient
-        self.km.sandbox = self.box
         self.client: _CappedClient | None = None
         self._timer: threading.Timer | None = None
         self.killed_by_timer = False
@@ -425,6 +433,8 @@ class KernelSession:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        if isinstance(self.km, ZygoteKernelManager) and self.box is not None:
+            self.box.adopt(self.km.provisioner.process.pid)  # type: ignore[union-attr]
 
     def _env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "SYSTEMROOT")}

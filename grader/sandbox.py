@@ -21,6 +21,7 @@ In both, rlimits per process (address space, processes, file size, CPU) stay as 
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import itertools
 import os
@@ -129,6 +130,103 @@ def _parents(paths: list[Path]) -> list[Path]:
     return sorted(out, key=lambda a: len(a.parts))
 
 
+# --- system calls a kernel is refused ---------------------------------------------------------
+# Each of these either holds memory that no process's resident set shows (so the user mode's memory
+# watcher cannot see it, and it outlives the process that made it), or draws on a quota Linux keeps
+# per uid across user namespaces (so in user mode a kernel could use up the grader's own), or only
+# widens the attack surface of the host kernel. Grading needs none of them.
+DENIED_SYSCALLS = (
+    "memfd_create",  # anonymous shmem: gigabytes outside RSS, 16 MB (RLIMIT_FSIZE) per descriptor
+    "memfd_secret",
+    "shmget",  # SysV shared memory stays allocated after shmdt, in no process's RSS
+    "add_key",  # the keyring quota (kernel.keys.maxkeys) is per uid, shared with the grader in user mode
+    "request_key",
+    "keyctl",
+    "inotify_init",  # inotify instances (fs.inotify.max_user_instances) are counted per uid
+    "inotify_init1",
+    "fanotify_init",
+    "userfaultfd",
+    "io_uring_setup",
+    "perf_event_open",
+    "bpf",
+)
+_SECCOMP_LIB = "libseccomp.so.2"
+NOFILE = 256  # open descriptors per kernel process (RLIMIT_NOFILE)
+SECCOMP_HINT = (
+    "the sandbox refuses some system calls to student code with a seccomp filter, built with "
+    "libseccomp, which was not found. Install it with `apt-get install libseccomp2`, "
+    "or pass --no-sandbox when grading code you trust."
+)
+
+
+_CLONE_NEWUSER = 0x10000000
+_SCMP_CMP_MASKED_EQ = 7
+
+
+class _ArgCmp(ctypes.Structure):
+    """libseccomp's ``struct scmp_arg_cmp``: a test on one argument of a system call."""
+
+    _fields_ = [
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    ]
+
+
+@lru_cache(maxsize=1)
+def seccomp_filter() -> bytes:
+    """The BPF program (for ``bwrap --seccomp FD``) that makes every ``DENIED_SYSCALLS`` fail with EPERM.
+
+    Built with libseccomp through ctypes, for this machine's architecture. Raises CourseError
+    when libseccomp is missing: the user mode's memory cap does not hold without the filter."""
+    import tempfile
+
+    try:
+        lib = ctypes.CDLL(_SECCOMP_LIB, use_errno=True)
+    except OSError:
+        raise CourseError(SECCOMP_HINT) from None
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint]
+    lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(_ArgCmp),
+    ]
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SCMP_ACT_ALLOW, SCMP_ACT_ERRNO(EPERM)
+    enosys = 0x00050000 | 38  # SCMP_ACT_ERRNO(ENOSYS): glibc then falls back from clone3 to clone
+    ctx = lib.seccomp_init(allow)
+    if not ctx:
+        raise CourseError(SECCOMP_HINT)
+    try:
+        for name in DENIED_SYSCALLS:
+            number = lib.seccomp_syscall_resolve_name(name.encode())
+            if number >= 0 and lib.seccomp_rule_add(ctx, deny, number, 0) != 0:
+                raise CourseError(f"libseccomp refused a rule for {name}")
+        # No new user namespace: inside one, a root-mode kernel would be root again, free to mount a
+        # tmpfs of any size. clone3 passes its flags in memory a filter cannot read, so it is refused
+        # as missing, which makes glibc use clone, whose flags the filter does read.
+        new_user = _ArgCmp(0, _SCMP_CMP_MASKED_EQ, _CLONE_NEWUSER, _CLONE_NEWUSER)
+        for name, action, args in (("unshare", deny, [new_user]), ("clone", deny, [new_user]), ("clone3", enosys, [])):
+            number = lib.seccomp_syscall_resolve_name(name.encode())
+            array = (_ArgCmp * max(len(args), 1))(*args)
+            if number >= 0 and lib.seccomp_rule_add_array(ctx, action, number, len(args), array) != 0:
+                raise CourseError(f"libseccomp refused a rule for {name}")
+        with tempfile.TemporaryFile() as out:
+            if lib.seccomp_export_bpf(ctx, out.fileno()) != 0:
+                raise CourseError("libseccomp could not export the sandbox's seccomp filter")
+            out.seek(0)
+            return out.read()
+    finally:
+        lib.seccomp_release(ctx)
+
+
 # --- cgroup v1 (root mode) -------------------------------------------------------------------
 def _own_cgroup(controller: str) -> Path | None:
     """This process's cgroup folder for a v1 ``controller``, if that hierarchy is mounted."""
@@ -142,6 +240,26 @@ def _own_cgroup(controller: str) -> Path | None:
             folder = Path("/sys/fs/cgroup", controller, path.lstrip("/"))
             return folder if folder.is_dir() else None
     return None
+
+
+_SECCOMP_FD = 9  # the descriptor bwrap reads the filter from
+_seccomp_memfd: tuple[int, int] | None = None  # (pid, fd) of the memfd holding the filter
+_seccomp_lock = threading.Lock()
+
+
+def _seccomp_path() -> str:
+    """A path the launcher shell can open to read ``seccomp_filter()``: this process's memfd.
+
+    A memfd leaves no file on the host, and vanishes with the grader whatever way it ends."""
+    global _seccomp_memfd
+    with _seccomp_lock:
+        if _seccomp_memfd is None or _seccomp_memfd[0] != os.getpid():
+            fd = _seccomp_memfd[1] if _seccomp_memfd is not None else None
+            if fd is None or not os.path.exists(f"/proc/self/fd/{fd}"):  # a forked child inherits it
+                fd = os.memfd_create("course-seccomp")
+                os.write(fd, seccomp_filter())
+            _seccomp_memfd = (os.getpid(), fd)
+        return f"/proc/{_seccomp_memfd[0]}/fd/{_seccomp_memfd[1]}"
 
 
 class CgroupV1:
@@ -432,7 +550,10 @@ class Sandbox:
             cmd += ["--perms", "0755", "--dir", str(parent)]
         for path in runtime:
             cmd += ["--ro-bind", str(path), str(path)]
-        cmd += ["--chdir", "/tmp", "--clearenv"]
+        # Nothing but /tmp stays writable: in user mode the kernel owns the root and /dev tmpfs that
+        # bwrap makes, which have no size cap and whose pages are in no process's resident set.
+        cmd += ["--remount-ro", "/dev", "--remount-ro", "/"]
+        cmd += ["--seccomp", str(_SECCOMP_FD), "--chdir", "/tmp", "--clearenv"]
         env = {
             "HOME": "/tmp",
             "PATH": "/usr/bin:/bin",
@@ -464,17 +585,25 @@ class Sandbox:
             "prlimit",
             f"--as={self.memory_cap_bytes}",
             f"--nproc={limits.max_processes}",
+            # Socket and pipe buffers are in no resident set: in user mode, descriptors are what bound
+            # them (a kernel needs about 60).
+            f"--nofile={NOFILE}",
             f"--fsize={limits.file_size_mb * 1024 * 1024}",
             f"--cpu={limits.cpu_seconds}",
             "--core=0",
             "--",
             *kernel_argv,
         ]
+        # A shell opens the seccomp filter for bwrap (from this process's memfd, so no file is left on
+        # the host) and, with cgroups, enters them before bwrap forks anything, so that no process of
+        # the sandbox is ever outside them.
+        script = "b=$1; shift; "
+        cgroup_files: list[str] = []
         if self.cgroup is not None:
-            # Enter the cgroups before bwrap forks anything, so no process of the sandbox is outside.
-            enter = 'for f in "$1" "$2"; do echo $$ > "$f" || exit 125; done; shift 2; exec "$@"'
-            cmd = ["/bin/sh", "-c", enter, "course-kernel", *self.cgroup.procs_files(), *cmd]
-        return cmd
+            cgroup_files = self.cgroup.procs_files()
+            script += 'for f in "$1" "$2"; do echo $$ > "$f" || exit 125; done; shift 2; '
+        script += f'exec "$@" {_SECCOMP_FD}<"$b"'
+        return ["/bin/sh", "-c", script, "course-kernel", _seccomp_path(), *cgroup_files, *cmd]
 
     def attach(self, launcher_pid: int, timeout: float = 30.0) -> None:
         """Find the sandbox's pid 1 (bwrap's child) and start watching its memory if no cgroup does."""
@@ -493,6 +622,14 @@ class Sandbox:
                 raise CourseError("the sandbox did not start")
             time.sleep(delay)
             delay = min(delay * 2, 0.01)
+        if self.cgroup is None:
+            _WATCHER.add(self)
+
+    def adopt(self, pid1: int) -> None:
+        """Take ``pid1``, started some other way (forked from a zygote), as this sandbox's pid 1:
+        ``kill``, the memory watcher and ``peak_memory_bytes`` then cover it."""
+        self._pidfd = os.pidfd_open(pid1)
+        self.pid1 = pid1
         if self.cgroup is None:
             _WATCHER.add(self)
 
