@@ -65,6 +65,21 @@ def lesson_source(lesson: Lesson, show_answers: bool) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
+def submit_link(source: str, service_url: str | None, slug: str) -> str:
+    """Put a "提交作业" link to the course service right under the lesson's front matter.
+
+    Without ``course.service_url`` the page is left as it was: there is no service to link to.
+    """
+    if not service_url:
+        return source
+    lines = source.split("\n")
+    end = next((i for i in range(1, len(lines)) if lines[i].strip() == "---"), None) if lines[0] == "---" else None
+    at = 0 if end is None else end + 1
+    link = f"[提交作业]({service_url.rstrip('/')}/lessons/{slug}){{.course-submit}}"
+    lines[at:at] = ["", link, ""]
+    return "\n".join(lines)
+
+
 def _site_files(root: Path, tree: str) -> list[Path]:
     """Top-level site files that belong in a tree (never solutions, code or tests)."""
     keep = [root / "_quarto.yml", root / f"_quarto-{tree}.yml"]
@@ -199,7 +214,8 @@ def build(course: Course, out: Path) -> list[BuiltTree]:
             show = tree == "answers" or course.released(slug)
             if show:
                 released.append(slug)
-            (dest / "lessons" / f"{slug}.qmd").write_text(lesson_source(lesson, show), encoding="utf-8")
+            source = submit_link(lesson_source(lesson, show), course.service.service_url, slug)
+            (dest / "lessons" / f"{slug}.qmd").write_text(source, encoding="utf-8")
             (dest / "lessons" / f"{slug}.ipynb").write_text(dumps(build_notebook(lesson)), encoding="utf-8")
             written += [f"lessons/{slug}.qmd", f"lessons/{slug}.ipynb"]
         assets = course.root / "lessons" / "assets"

@@ -1,4 +1,4 @@
-"""The ``course`` command: build, publish, release answers, grade, try a rubric, serve.
+"""The ``course`` command: build, publish, release answers, grade, try a rubric, serve the course service.
 
 Every user error is a CourseError and is printed as one line (``file:line: problem``), never as a
 traceback.
@@ -214,6 +214,82 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if failed or any(unfinished.values()) else 0
 
 
+def _settings(args: argparse.Namespace, workers: int = 2, **extra: object):
+    """The service's settings from ``--data`` (else ``$COURSE_DATA``, else ``./.course-data``)."""
+    from .service.settings import Settings, data_dir
+
+    return Settings(data=data_dir(args.data), course_root=Path(args.root).resolve(), workers=workers, **extra)  # type: ignore[arg-type]
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .sandbox import check_available
+    from .service.serve import serve
+
+    if not args.no_sandbox:
+        check_available()
+    settings = _settings(args, args.workers, sandbox=not args.no_sandbox, secure_cookies=args.secure_cookies)
+    serve(settings, args.host, args.port, demo=args.demo)
+    return 0
+
+
+def _open_db(args: argparse.Namespace):
+    from .service.db import make_engine, migrate, session_factory
+
+    settings = _settings(args)
+    settings.data.mkdir(parents=True, exist_ok=True)
+    engine = make_engine(settings.db_url)
+    migrate(engine)
+    return session_factory(engine)
+
+
+def cmd_roster_import(args: argparse.Namespace) -> int:
+    from .roster import load_roster
+    from .service.accounts import import_roster, invitations_csv
+
+    roster = load_roster(Path(args.roster), args.roster)
+    if args.codes and Path(args.codes).exists():
+        raise CourseError(f"{args.codes}: exists already; invitation codes are written to a new file only")
+    with _open_db(args).begin() as session:
+        made, kept = import_roster(session, roster)
+    text = invitations_csv(made)
+    if args.codes:
+        Path(args.codes).write_text(text, encoding="utf-8-sig")
+        print(f"{len(made)} student(s) created; invitation codes written to {args.codes}")
+    else:
+        print(text, end="")
+    if kept:
+        print(f"{len(kept)} already had an account and were left as they are: {', '.join(kept)}", file=sys.stderr)
+    return 0
+
+
+def cmd_user_add(args: argparse.Namespace) -> int:
+    from .service.accounts import add_user
+
+    with _open_db(args).begin() as session:
+        made = add_user(session, args.username, args.role, args.name or "")
+    print(f"{made.username} ({made.role}): invitation code {made.code}")
+    print("log in with it once at /login to set a password")
+    return 0
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    from .service.backup import backup
+
+    target, copied = backup(_settings(args), Path(args.out))
+    print(f"database copied to {target}; {copied} upload(s) copied to {Path(args.out) / 'uploads'}")
+    return 0
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number, got {text!r}") from None
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 65535, got {value}")
+    return value
+
+
 def _jobs(text: str) -> int:
     try:
         value = int(text)
@@ -282,6 +358,39 @@ def make_parser() -> argparse.ArgumentParser:
         "--input", required=True, help='JSON-lines file of {"question": "q1", "text": "..."}, or - for stdin'
     )
     p.set_defaults(func=cmd_rubric)
+
+    data_help = "data folder (database, uploads); default: $COURSE_DATA, else ./.course-data"
+    p = sub.add_parser("serve", help="run the course service: web app, grading workers, SQLite (docs/service.md)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=8000, help="port (default: 8000)")
+    p.add_argument("--data", help=data_help)
+    p.add_argument("--demo", action="store_true", help="seed a demo roster, two accounts and the sample submissions")
+    p.add_argument("--workers", type=_jobs, default=2, help="grading worker processes, 1-64 (default: 2)")
+    p.add_argument("--secure-cookies", action="store_true", help="mark cookies Secure (when served over https)")
+    p.add_argument("--no-sandbox", action="store_true", help="run student code without bubblewrap (trusted code only)")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("roster", help="service accounts from a roster")
+    roster_sub = p.add_subparsers(dest="roster_command", required=True)
+    q = roster_sub.add_parser("import", help="create students with one-time invitation codes")
+    q.add_argument("roster", help="roster CSV (student,name[,email])")
+    q.add_argument("--data", help=data_help)
+    q.add_argument("--codes", metavar="FILE", help="write the invitation codes to this new CSV (default: print them)")
+    q.set_defaults(func=cmd_roster_import)
+
+    p = sub.add_parser("user", help="service accounts for staff")
+    user_sub = p.add_subparsers(dest="user_command", required=True)
+    q = user_sub.add_parser("add", help="add an account (e.g. an instructor) and print its invitation code")
+    q.add_argument("username")
+    q.add_argument("--role", required=True, choices=["student", "ta", "instructor"])
+    q.add_argument("--name", help="the name shown in the service")
+    q.add_argument("--data", help=data_help)
+    q.set_defaults(func=cmd_user_add)
+
+    p = sub.add_parser("backup", help="copy a (running) service's database and uploads to OUT")
+    p.add_argument("out", help="backup folder (created)")
+    p.add_argument("--data", help=data_help)
+    p.set_defaults(func=cmd_backup)
     return parser
 
 

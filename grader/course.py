@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,22 @@ class Limits:
     upload_bytes: int = 2_000_000
 
 
+@dataclass(frozen=True)
+class ServiceSettings:
+    """What the course service (``course serve``) reads from the ``course:`` block.
+
+    ``late_policy`` is ``none`` (late work is accepted as is), ``lock`` (no upload after the
+    deadline) or ``penalty`` (``late_penalty_per_day`` points off the total per started day).
+    """
+
+    service_url: str | None = None  # where the "提交作业" link on each lesson page points
+    attempts_per_day: int = 10  # uploads per student per lesson per (UTC) day
+    late_policy: str = "none"
+    late_penalty_per_day: float = 0.0
+    deadlines: dict[str, datetime] = field(default_factory=dict)  # slug -> timezone-aware deadline
+    gradebook: str = "best"  # best | latest attempt in the gradebook
+
+
 @dataclass
 class Course:
     root: Path
@@ -44,6 +61,7 @@ class Course:
     lessons: dict[str, Lesson] = field(default_factory=dict)
     roster_file: str | None = None  # course.roster, relative to the root
     id_patterns: list[re.Pattern[str]] = field(default_factory=list)
+    service: ServiceSettings = field(default_factory=ServiceSettings)
 
     def roster(self, override: Path | None = None) -> Roster | None:
         """The class roster: ``override`` (``--roster``) or ``course.roster``; None when neither is set."""
@@ -138,6 +156,7 @@ def load_course(root: str | Path) -> Course:
     root = Path(root).resolve()
     pass_mark, releases, limits, roster, patterns = load_settings(root)
     course = Course(root, pass_mark, releases, limits, roster_file=roster, id_patterns=patterns)
+    course.service = load_service_settings(root)
     for path in sorted((root / "lessons").glob("*.qmd")):
         lesson = parse_lesson(path, display=str(path.relative_to(root)))
         course.lessons[lesson.slug] = lesson
@@ -150,6 +169,13 @@ def load_course(root: str | Path) -> Course:
                 _line_of(root / CONFIG, f"{slug}:"),
                 f"course.answers names {slug!r}, which has no lessons/{slug}.qmd",
             )
+    for slug in course.service.deadlines:
+        if slug not in course.lessons:
+            raise SourceError(
+                CONFIG,
+                _line_after(root / CONFIG, "deadlines:", f"{slug}:"),
+                f"course.deadlines names {slug!r}, which has no lessons/{slug}.qmd",
+            )
     solutions = root / "solutions"
     if solutions.is_dir():
         for folder in sorted(p for p in solutions.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
@@ -160,6 +186,77 @@ def load_course(root: str | Path) -> Course:
                     f"no matching lesson: expected lessons/{folder.name}.qmd; rename or remove the folder",
                 )
     return course
+
+
+def load_service_settings(root: Path) -> ServiceSettings:
+    """Read the service keys of the ``course:`` block (all optional); errors carry ``_quarto.yml:line``."""
+    path = root / CONFIG
+    block = load_yaml(path.read_text(encoding="utf-8"), CONFIG)["course"]
+
+    def fail(key: str, problem: str) -> SourceError:
+        return SourceError(CONFIG, _line_of(path, f"{key}:") or _line_of(path, "course:"), problem)
+
+    url = block.get("service_url")
+    if url is not None and (not isinstance(url, str) or not re.match(r"https?://[^\s\"'<>]+$", url)):
+        raise fail("service_url", f"course.service_url must be an http(s) URL, got {url!r}")
+    attempts = block.get("attempts_per_day", ServiceSettings.attempts_per_day)
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 1000:
+        raise fail(
+            "attempts_per_day", f"course.attempts_per_day must be a whole number from 1 to 1000, got {attempts!r}"
+        )
+    policy, per_day = _late_policy(block.get("late_policy", "none"), fail)
+    deadlines: dict[str, datetime] = {}
+    raw = block.get("deadlines") or {}
+    if not isinstance(raw, dict):
+        raise fail("deadlines", "course.deadlines must map lessonNN to a date and time, e.g. 2026-12-01T23:59:00+08:00")
+    for slug, value in raw.items():
+        when = _deadline(value)
+        if when is None:
+            raise SourceError(
+                CONFIG,
+                _line_after(path, "deadlines:", f"{slug}:"),
+                f"course.deadlines.{slug} must be a date and time with a UTC offset, e.g. 2026-12-01T23:59:00+08:00",
+            )
+        deadlines[str(slug)] = when
+    gradebook = block.get("gradebook", "best")
+    if gradebook not in ("best", "latest"):
+        raise fail("gradebook", f"course.gradebook must be 'best' or 'latest', got {gradebook!r}")
+    return ServiceSettings(url, attempts, policy, per_day, deadlines, gradebook)
+
+
+def _late_policy(value: Any, fail: Any) -> tuple[str, float]:
+    """``none``, ``lock``, or ``{penalty_per_day: N}``."""
+    if value in ("none", "lock"):
+        return str(value), 0.0
+    if isinstance(value, dict) and set(value) == {"penalty_per_day"}:
+        points = value["penalty_per_day"]
+        if not isinstance(points, bool) and isinstance(points, (int, float)) and 0 < points <= 10:
+            return "penalty", float(points)
+    raise fail(
+        "late_policy",
+        f"course.late_policy must be none, lock or {{penalty_per_day: N}} with 0 < N <= 10, got {value!r}",
+    )
+
+
+def _deadline(value: Any) -> datetime | None:
+    """A timezone-aware deadline from YAML (a timestamp or an ISO 8601 string with an offset)."""
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        return None
+    return value
+
+
+def _line_after(path: Path, section: str, needle: str) -> int | None:
+    """The line of key ``needle`` after the line of key ``section`` (a lesson's entry under
+    ``deadlines:``, not the same slug under ``answers:``)."""
+    start = _line_of(path, section) or 0
+    lines = path.read_text(encoding="utf-8").splitlines()
+    pattern = re.compile(rf"^\s*{re.escape(needle)}")
+    return next((i for i in range(start + 1, len(lines) + 1) if pattern.match(lines[i - 1])), start or None)
 
 
 def _line_of(path: Path, needle: str) -> int | None:
