@@ -242,3 +242,45 @@ def test_the_gradebook_lists_vetoes_that_need_review() -> None:
     rows = list(csv.DictReader(io.StringIO(gradebook_csv(results))))
     assert [r["needs_review"] for r in rows] == ["dp-cuts-memory", ""]
     assert "dp-cuts-memory (review)" in table(results).splitlines()[2]
+
+
+# --- the real lesson-4 rubric: every dodge of issue 9 still fires its DP-memory veto -----------
+LESSON4_RUBRIC = Path(__file__).resolve().parents[1] / "solutions/lesson04/rubric.yml"
+
+
+@pytest.fixture(scope="module")
+def lesson04() -> Rubric:
+    return load_rubric(LESSON4_RUBRIC, "solutions/lesson04/rubric.yml")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "D\u200bP 能降低每卡显存。",  # zero-width space inside the subject
+        "数据并行能降低每卡显\u200b存。",  # ... and inside the object
+        "数据\u00ad并行能降低每卡显存。",  # soft hyphen inside the subject
+        "data parallelism reduces per-GPU memory",  # English
+        "With DP, the optimizer states are split across GPUs, so each GPU needs less memory.",
+        "D\u0420 能降低每卡显存。",  # Cyrillic Р for the Latin P
+        "难道 DP 不能降低每卡显存吗？当然能。",  # a rhetorical question answered yes
+        "DP 可能能降低每卡显存。",  # a softener withdraws nothing
+        "DP 大概能降低每卡显存。",
+        "有人说这是错的，但其实 DP 能省显存。",  # a fake refutation
+    ],
+)
+def test_every_dodge_fires_the_lesson4_memory_veto(lesson04: Rubric, text: str) -> None:
+    fired = {v.id for v, _ in score_answer(lesson04, "q3", text).vetoes}
+    assert "dp-cuts-memory" in fired
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "data parallelism does not reduce per-GPU memory",
+        "难道 DP 能降低每卡显存吗？不能。",
+        "有人说 DP 能省显存，这是错的。",
+        "D\u200bP 并不能降低每卡显存。",
+    ],
+)
+def test_the_same_words_refuted_do_not_fire_the_lesson4_memory_veto(lesson04: Rubric, text: str) -> None:
+    assert score_answer(lesson04, "q3", text).vetoes == []

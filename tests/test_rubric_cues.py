@@ -83,3 +83,20 @@ def test_endorsing_a_classmate_is_not_reporting_a_belief() -> None:
     assert status_at("同学说得对，SP 的通信更多。", "通信") == "asserted"
     assert status_at("网上有种说法：MLP 两层之后各要一次 all-reduce。", "all-reduce") == "reported"
     assert status_at("我一开始以为会减少，后来想明白了：分片结果完全相同。", "完全相同") == "asserted"
+
+
+@pytest.mark.parametrize(
+    ("text", "word", "expected"),
+    [
+        ("显存不降是因为每个 rank 都是完整副本", "完整", False),  # 因为 starts a new claim
+        ("DP 不会因为卡多而减少显存", "减少", True),  # …unless the negation sits right before it
+        ("不然每张卡的参数会越来越不一样", "参数", False),  # 不然 means otherwise
+    ],
+)
+def test_because_cuts_a_negation_and_otherwise_is_no_negation(text: str, word: str, expected: bool) -> None:
+    start = text.index(word)
+    assert negated(text, start, start + len(word)) is expected
+
+
+def test_a_refutation_with_qishi_refutes() -> None:
+    assert status_at("all-reduce 会自动求平均，这其实不对：它只负责求和。", "平均") == "refuted"
