@@ -183,15 +183,28 @@ _QUESTION_CUES = re.compile(r"是否|难道|whether")
 _WHETHER_OR_NOT = re.compile(
     r"都(?:一样|行|可以|相同|没关系|无所谓|不影响)|没(?:有)?(?:什么)?关系|无关|区别不大|无所谓|不影响"
 )
+# A-not-A after a verb that embeds it (只看有没有 kernel 在跑, 取决于是不是) is the object, not a question.
+_EMBEDS = re.compile(r"(?:看|取决于|判断|知道|决定|在于|关心|管|检查|确认|问|无论|不管)\s*$")
+
+
+def _asks_a_not_a(text: str) -> bool:
+    """Does an A-not-A form (能不能, 有没有) make this sentence a question?"""
+    if _WHETHER_OR_NOT.search(text):
+        return False
+    masked = _mask(text, _FALSE_CUES)
+    return any(not _EMBEDS.search(masked[max(0, m.start() - 4) : m.start()]) for m in _A_NOT_A.finditer(masked))
+
+
 _REPORTED = re.compile(
-    r"有人(?:会)?(?:认为|说|以为|觉得|主张|声称|担心)|网上(?:看到|有人)?(?:说|写)|有的(?:资料|文章|博客|人|教程)(?:上)?(?:写|说|认为)|(?:很多|不少|许多|一些|常有)(?:人|博客|文章|资料)?(?:认为|以为|觉得|说|误以为|宣称|声称)|误以为|误认为|错误地认为|"
-    r"以为|(?<!无)所谓|据说|听说|宣称|声称|号称|(?:有|一些|很多|不少)?(?:同学|朋友|老师|助教|网友)(?:说|认为|以为|觉得)(?![得的](?:对|没错|有道理))|有(?:一)?种说法|(?:直觉上|乍看|表面上|容易)(?:会)?(?:觉得|以为|认为)|会觉得|"
+    r"有人(?:会)?(?:认为|说|以为|觉得|主张|声称|担心)|网上(?:常|经常|都)?(?:看到|有人)?(?:说|写)|有的(?:资料|文章|博客|人|教程)(?:上)?(?:写|说|认为)|(?:很多|不少|许多|一些|常有)(?:人|博客|文章|资料)?(?:认为|以为|觉得|说|误以为|宣称|声称)|误以为|误认为|错误地认为|"
+    r"以为|(?<!无)所谓|据说|听说|宣称|声称|号称|(?:有|一些|很多|不少|我|有个|我的)?(?:同学|朋友|老师|助教|网友|室友|师兄|师姐|同事|别人)(?:常|经常|都)?(?:说|认为|以为|觉得)(?![得的](?:对|没错|有道理))|有(?:一)?种说法|(?:直觉上|乍看|表面上|容易)(?:会)?(?:觉得|以为|认为)|会觉得|"
     r"(?:一种|常见的?|典型的?)(?:误解|错误观点|错误说法|说法|看法)(?:是|认为)?|乍一看|乍看之下|表面上看|some people (?:think|say|believe)"
 )
 _CONTRAST = re.compile(r"但是|但|然而|可是|实际上|其实|事实上|而是|后来|现在(?:我)?(?:知道|明白)|however|actually")
 _REFUTATION = re.compile(
     r"(?:这|此|该)(?:种|个|一|样)?(?:说法|观点|理解|看法|想法)?(?:其实|实际上)?(?:是|属于|并|完全)*(?:一种|一个)?(?:错误|错|误解|误区|不对|不正确|不成立)"
     r"|(?:是|属于)(?:一种|一个)?(?:完全)?(?:错误的?|错的|误解|误区|不对的?|不正确的?)(?:说法|观点|理解|看法)?(?=[,:;。!?]|$)"
+    r"|(?:这|此)(?:是|属于)?(?:一种|个)?(?:误会|不准确|不严谨)|(?:他|她|他们|对方)(?:搞|说|弄)错了"
     r"|并非如此|其实不然|事实并非如此|that'?s wrong|is wrong"
 )
 _REFUTATION_START = re.compile(
@@ -477,7 +490,7 @@ def split_sentences(original: str) -> list[Sentence]:
 # A short reply right after a question: 当然能。/ 不能，因为… / 是的。
 _REPLY = re.compile(
     r"^(?:答[:：]?\s*)?(?:当然|肯定|显然|确实|其实|实际上|事实上|答案是)?\s*(?:也)?"
-    r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|不对|没有|否|不)|(?P<yes>能|可以|会|是的|是|对|行|需要|要|有|当然|yes))"
+    r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|不对|没有|否|不)|(?P<yes>能|可以|会|是的|是|对|没错|行|需要|要|有|当然|yes))"
     r"\s*(?:的|啊|呀)?\s*(?=[,:;。!?，：；]|$)"
 )
 _RHETORICAL = re.compile(r"难道|岂不|何尝|不就|不也|不是[^,:;，：；]*[吗么]")
@@ -520,7 +533,7 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
     if (
         _QUESTION_END.search(stripped)
         or any(_whole(m, text) for m in _QUESTION_CUES.finditer(text))
-        or (_A_NOT_A.search(_mask(text, _FALSE_CUES)) and not _WHETHER_OR_NOT.search(text))
+        or _asks_a_not_a(text)
     ):
         return "question", ()
     contrasts = [m.span() for m in _CONTRAST.finditer(text)]
@@ -553,8 +566,8 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
 
 
 def _conditional(m: re.Match[str], text: str) -> bool:
-    """Is this cue a condition? 要是 is one only with a consequence (…就 / 的话 / 那); else it means "must be"."""
-    return m.group() != "要是" or bool(re.search(r"就|的话|那|则|会", text[m.end() :]))
+    """Is this cue a condition? 要是 is one only with a consequence (…，/ 就 / 的话 / 那); else it means "must be"."""
+    return m.group() != "要是" or bool(re.search(r"就|的话|那|则|会|[,，]", text[m.end() :]))
 
 
 def _status_at(sentence: Sentence, pos: int) -> str:

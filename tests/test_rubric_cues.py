@@ -100,3 +100,16 @@ def test_because_cuts_a_negation_and_otherwise_is_no_negation(text: str, word: s
 
 def test_a_refutation_with_qishi_refutes() -> None:
     assert status_at("all-reduce 会自动求平均，这其实不对：它只负责求和。", "平均") == "refuted"
+
+
+@pytest.mark.parametrize(
+    ("text", "word", "status"),
+    [
+        ("GPU-Util 只看有没有 kernel 在跑，不等于 MFU。", "mfu", "asserted"),  # an embedded A-not-A
+        ("要是用纯 SGD，优化器几乎不占显存。", "显存", "hedged"),  # 要是 with a consequence clause
+        ("我室友说 DP 能省显存，我觉得他搞错了。", "省", "reported"),
+        ("有人说重计算让训练变快了，这是误会。", "变快", "reported"),
+    ],
+)
+def test_more_reported_speech_refutations_and_embedded_questions(text: str, word: str, status: str) -> None:
+    assert status_at(text, word) == status
