@@ -17,7 +17,9 @@ their sandbox open until the pool closes.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import functools
 import json
 import os
 import select
@@ -39,7 +41,7 @@ from jupyter_client.provisioning import KernelProvisionerBase
 from . import zygote as zygote_script
 from .course import Limits
 from .errors import CourseError
-from .sandbox import _parents, _runtime_paths
+from .sandbox import NOFILE, _parents, _runtime_paths, seccomp_filter
 
 ZYGOTE_FILE = Path(zygote_script.__file__).resolve()
 ZYGOTE_FILE_IN_SANDBOX = Path("/run/course/zygote.py")  # the only file of the repo it sees
@@ -96,6 +98,7 @@ class ChildLimits:
             "fsize": self.file_bytes,
             "cpu": self.cpu_seconds,
             "core": 0,
+            "nofile": NOFILE,
         }
 
 
@@ -485,6 +488,8 @@ class ZygotePool:
                 "tmp_bytes": limits.tmp_bytes,
                 "shm_bytes": max(limits.tmp_bytes // 4, 1024 * 1024),
                 "connection": connection,
+                # The same system-call filter as a kernel that bwrap starts (see sandbox.seccomp_filter).
+                "seccomp": base64.b64encode(_filter()).decode(),
             }
             zygote_script.send(sock, setup)
             return ForkedKernel(sock, init_pid, init_fd)
@@ -512,6 +517,11 @@ class ZygotePool:
 
 class _ZygoteDied(Exception):
     pass
+
+
+@functools.cache
+def _filter() -> bytes:
+    return seccomp_filter()
 
 
 class ZygoteProvisioner(KernelProvisionerBase):

@@ -32,6 +32,7 @@ keeps the socket open for as long as the kernel lives, so its end tells the grad
 from __future__ import annotations
 
 import array
+import base64
 import ctypes
 import json
 import os
@@ -66,7 +67,9 @@ RLIMITS = {
     "fsize": resource.RLIMIT_FSIZE,
     "cpu": resource.RLIMIT_CPU,
     "core": resource.RLIMIT_CORE,
+    "nofile": resource.RLIMIT_NOFILE,
 }
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -98,6 +101,18 @@ def mount(source: str, target: str, fstype: str | None, flags: int, data: str | 
 
 def prctl(option: int, arg: int) -> None:
     _check(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), 0, 0, 0), f"prctl {option}")
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def load_seccomp(program: bytes) -> None:
+    """Install a compiled BPF system-call filter (an array of 8-byte sock_filter entries), the one
+    bwrap gives a kernel it starts; needs no_new_privs, which ``drop_privileges`` has set."""
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "prctl seccomp")
 
 
 def clear_capabilities() -> None:
@@ -176,7 +191,20 @@ def _setup_mounts(setup: dict[str, Any]) -> None:
     """A private mount tree: fresh tmpfs on /tmp and /dev/shm, a proc of the child's own pid
     namespace, and the folder for the kernel's sockets, owned by the submission's uid."""
     mount("none", "/", None, MS_REC | MS_PRIVATE)
+    # The Python runtime may live under /tmp (a checkout there, with its venv): the zygote's sandbox
+    # binds it in read-only. Keep a handle on the old /tmp, and bind its entries into the new tmpfs.
+    old_tmp = os.open("/tmp", os.O_PATH | os.O_DIRECTORY)
+    kept = os.listdir(f"/proc/self/fd/{old_tmp}")
     mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(setup['tmp_bytes'])},mode=1777")
+    for name in kept:
+        source, target = f"/proc/self/fd/{old_tmp}/{name}", f"/tmp/{name}"
+        if os.path.isdir(source):
+            os.mkdir(target)
+        else:
+            open(target, "w").close()
+        mount(source, target, None, MS_BIND | MS_REC)
+        mount(target, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.close(old_tmp)
     mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"size={int(setup['shm_bytes'])},mode=1777")
     mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     for path in filter(os.path.exists, PROC_READ_ONLY):  # as bwrap does: init keeps uid 0
@@ -231,6 +259,7 @@ def _init_process(sock: socket.socket) -> None:
     if kernel == 0:
         try:
             drop_privileges(int(setup["uid"]), int(setup["gid"]))
+            load_seccomp(base64.b64decode(setup["seccomp"]))
             os.chdir("/tmp")
             _run_kernel(sock, setup["connection"])
         except BaseException as exc:  # noqa: BLE001 - reported to the grader

@@ -21,7 +21,11 @@ from nbclient import NotebookClient
 
 from grader.course import Limits
 from grader.provisioner import ChildLimits, ForkedKernel, Identity, ZygoteKernelManager, ZygotePool
-from grader.sandbox import UidLease
+from grader.sandbox import NOFILE, UidLease, _runtime_paths
+
+# A fresh /tmp holds the kernel's own folders, plus read-only binds of a Python runtime that lives
+# under /tmp (a checkout there with its venv), which the kernel needs to import anything.
+FRESH_TMP = sorted({".ipython", ".kernel"} | {p.parts[2] for p in _runtime_paths() if p.parts[1:2] == ("tmp",)})
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the pre-forked sandbox runs in root mode here")
 
@@ -118,7 +122,7 @@ def test_a_forked_kernel_is_confined(pool: ZygotePool, tmp_path: Path) -> None:
             "print(json.dumps([os.getuid(), os.getpid(), sorted(e for e in os.listdir('/proc') if e.isdigit()),"
             f" caps, os.listdir('/tmp'), os.listdir('/dev/shm'), os.path.exists({str(REPO / 'solutions')!r})]))"
         )
-        assert seen == [kernel.uid, 2, ["1", "2"], ["0" * 16] * 3, [".ipython", ".kernel"], [], False]
+        assert seen == [kernel.uid, 2, ["1", "2"], ["0" * 16] * 3, FRESH_TMP, [], False]
         assert not kernel.process.poll()
         kc = kernel.client.kc
         info = run_sync(kc._async_recv_reply)(kc.kernel_info(), timeout=10)
@@ -149,7 +153,9 @@ def test_siblings_cannot_see_or_signal_each_other(pool: ZygotePool, tmp_path: Pa
                 "    out.append(os.path.exists(f'/proc/{pid}'))\n"
                 "print(json.dumps(out))"
             )
-            assert outcome == ["no such process", 3, False] * 2  # 3 = ESRCH
+            # ptrace is refused by the system-call filter (EPERM) or finds no such process (ESRCH).
+            assert outcome[0::3] == ["no such process"] * 2 and outcome[2::3] == [False] * 2
+            assert all(errno in (1, 3) for errno in outcome[1::3])
         # Both still run, and neither repeats the random stream the zygote would hand every fork.
         draw = "import json, random, numpy; print(json.dumps([random.random(), numpy.random.random()]))"
         a, b = first.run(draw), second.run(draw)
@@ -179,7 +185,7 @@ def test_nothing_carries_over_and_the_zygote_holds_no_secret(pool: ZygotePool, t
                 "print(json.dumps([sorted(os.listdir('/tmp')), os.listdir('/dev/shm'),"
                 " glob.glob('/tmp/**/left*', recursive=True)]))"
             )
-            assert view == [[".ipython", ".kernel"], [], []]
+            assert view == [FRESH_TMP, [], []]
             # Nor does its memory hold it: a fork of the zygote starts from pages no submission touched.
             assert _memory_contains(second.process.kernel_pid(), [secret.encode()]) == []
         finally:
@@ -188,7 +194,7 @@ def test_nothing_carries_over_and_the_zygote_holds_no_secret(pool: ZygotePool, t
         first.close()
     third = Kernel(pool, tmp_path)  # after the first is gone too
     try:
-        assert third.run("import os, json; print(json.dumps(sorted(os.listdir('/tmp'))))") == [".ipython", ".kernel"]
+        assert third.run("import os, json; print(json.dumps(sorted(os.listdir('/tmp'))))") == FRESH_TMP
     finally:
         third.close()
 
@@ -304,3 +310,24 @@ def _remove_cgroup(group: Path) -> None:
         except OSError:
             time.sleep(0.01)
     group.rmdir()
+
+
+def test_a_forked_kernel_has_the_system_call_filter_and_descriptor_limit(pool: ZygotePool, tmp_path: Path) -> None:
+    """The same seccomp filter and RLIMIT_NOFILE as a kernel bwrap starts: no memfd (memory the
+    watcher cannot see), no keyring shared through the leased uid, no new user namespace."""
+    kernel = Kernel(pool, tmp_path)
+    try:
+        seen = kernel.run(
+            "import ctypes, json, os, resource\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "def refused(rc):\n"
+            "    return rc == -1 and ctypes.get_errno() in (1, 38)\n"
+            "out = [resource.getrlimit(resource.RLIMIT_NOFILE)[0]]\n"
+            "out.append(refused(libc.memfd_create(b'x', 0)))\n"
+            "out.append(refused(libc.syscall(248, b'user', b'k', b'v', 1, -2)))  # add_key\n"
+            "out.append(refused(libc.unshare(0x10000000)))  # CLONE_NEWUSER\n"
+            "print(json.dumps(out))"
+        )
+        assert seen == [NOFILE, True, True, True]
+    finally:
+        kernel.close()
