@@ -11,16 +11,19 @@ from __future__ import annotations
 import ast
 import builtins
 import ctypes
+import itertools
 import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Empty
@@ -42,6 +45,12 @@ from .sandbox import Sandbox, UidLease
 from .text import clean
 
 RESULT_LIMIT = 1_000_000  # characters of JSON a single call may return
+# Largest message the grader accepts from a kernel. A result at RESULT_LIMIT fits many times over,
+# and so does a careless print of some megabytes (the output caps then cut it, and grading goes on);
+# a kernel that sends more is cut off and killed. With RECEIVE_QUEUE, this bounds what ZeroMQ may
+# hold in the grader per socket.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+RECEIVE_QUEUE = 4  # messages ZeroMQ may hold per socket before the grader reads them
 TRACEBACK_HEAD, TRACEBACK_TAIL = 2, 8  # traceback entries kept from an error output
 TRACEBACK_ENTRY_CHARS = 4000
 ERROR_MESSAGE_CHARS = 300  # of an exception message shown to the student
@@ -216,6 +225,155 @@ KERNEL_ARGV = [
 ]
 
 
+class _MessageLimit:
+    """Follows ZMTP 3 framing in the bytes a kernel sends, and says when one message grows too big.
+
+    ZeroMQ reads every frame of a message into memory before the grader can look at it, and its own
+    size limit (``MAXMSGSIZE``) is per frame, so a kernel could send one message of any number of
+    frames. Only frame headers are parsed; bodies are skipped over."""
+
+    GREETING = 64
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._greeting = bytearray()
+        self._header = bytearray()
+        self._skip = 0
+        self._message = 0  # bytes of the message being received so far
+
+    def feed(self, data: bytes) -> bool:
+        """Account for ``data``; False once the stream is over the limit or not ZMTP 3."""
+        i, n = 0, len(data)
+        while i < n:
+            if len(self._greeting) < self.GREETING:
+                take = min(self.GREETING - len(self._greeting), n - i)
+                self._greeting += data[i : i + take]
+                i += take
+                if len(self._greeting) >= 11 and not (
+                    self._greeting[0] == 0xFF and self._greeting[9] == 0x7F and self._greeting[10] >= 3
+                ):
+                    return False  # older ZMTP framing: refuse rather than parse it differently
+            elif self._skip:
+                take = min(self._skip, n - i)
+                self._skip -= take
+                i += take
+            else:
+                self._header.append(data[i])
+                i += 1
+                flags = self._header[0]
+                need = 9 if flags & 0x02 else 2  # LONG: 8-byte size, else 1 byte
+                if len(self._header) < need:
+                    continue
+                size = int.from_bytes(self._header[1:need], "big")
+                self._header.clear()
+                self._skip = size
+                if flags & 0x04:  # a command frame, outside any message
+                    if size > self.limit:
+                        return False
+                    continue
+                self._message += size
+                if self._message > self.limit:
+                    return False
+                if not flags & 0x01:  # no MORE: the message is complete
+                    self._message = 0
+        return True
+
+
+class _Relay:
+    """Forwards a client's ipc connections to a kernel's, cutting off a kernel whose message is too big.
+
+    Listens in a private folder (0700), one socket per channel; each accepted connection is joined
+    to the kernel's socket by two threads, one per direction. What the kernel sends goes through a
+    ``_MessageLimit``; past the limit every connection is closed and no new one is made."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.folder = Path(tempfile.mkdtemp(prefix="course-relay-"))
+        self.violated = threading.Event()
+        self.on_violation: Callable[[], None] | None = None  # called once, from a relay thread
+        self._closed = False
+        self._sockets: set[socket.socket] = set()
+        self._lock = threading.Lock()
+        self._count = itertools.count()
+
+    def forward(self, upstream: str) -> str:
+        """Start listening for connections to ``upstream``; return the path to connect to instead."""
+        path = str(self.folder / f"c{next(self._count)}")
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen(8)
+        self._track(listener)
+        threading.Thread(target=self._accept, args=(listener, upstream), name="course-relay", daemon=True).start()
+        return path
+
+    def _track(self, sock: socket.socket) -> bool:
+        with self._lock:
+            if self._closed:
+                sock.close()
+                return False
+            self._sockets.add(sock)
+            return True
+
+    def _drop(self, *socks: socket.socket) -> None:
+        with self._lock:
+            for sock in socks:
+                self._sockets.discard(sock)
+                _shut(sock)
+
+    def _accept(self, listener: socket.socket, upstream: str) -> None:
+        while True:
+            try:
+                down, _ = listener.accept()
+            except OSError:
+                return  # closed
+            up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            if self.violated.is_set() or not self._track(down) or not self._track(up):
+                self._drop(down, up)
+                continue
+            try:
+                up.settimeout(1.0)  # a kernel whose backlog is full must not hold this thread
+                up.connect(upstream)
+                up.settimeout(None)
+            except OSError:  # the kernel has not bound it yet (or is gone): ZeroMQ retries soon
+                self._drop(down, up)
+                continue
+            limit = _MessageLimit(self.limit)
+            threading.Thread(target=self._pump, args=(up, down, limit), name="course-relay", daemon=True).start()
+            threading.Thread(target=self._pump, args=(down, up, None), name="course-relay", daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, limit: _MessageLimit | None) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                if limit is not None and not limit.feed(data):
+                    self.violated.set()
+                    self.close()
+                    if self.on_violation is not None:
+                        self.on_violation()
+                    return
+                dst.sendall(data)
+        except OSError:
+            pass
+        self._drop(src, dst)
+
+    def close(self) -> None:
+        """Close every socket and remove the folder; the threads end on their own."""
+        with self._lock:
+            self._closed = True
+            socks, self._sockets = self._sockets, set()
+        for sock in socks:
+            _shut(sock)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _shut(sock: socket.socket) -> None:
+    """Close a socket so that a thread blocked on it wakes up."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sock.close()
+
+
 class _ReadyClient(AsyncKernelClient):
     """A client whose start waits for the kernel's first reply and one iopub message, not for silence.
 
@@ -230,7 +388,34 @@ class _ReadyClient(AsyncKernelClient):
         self._created_context = True
         context = zmq.asyncio.Context()
         context.setsockopt(zmq.RECONNECT_IVL, 5)
+        # What ZeroMQ's I/O thread may queue in the grader before Python reads it: at most
+        # RECEIVE_QUEUE messages per socket (then the kernel's side queues or drops), each at most
+        # MAX_MESSAGE_BYTES (``_Relay`` cuts a kernel that sends more). Unbounded, one kernel took the
+        # grader to 2.5 GB with 100 MB frames, and to 2.9 GB with one message of 200 frames.
+        context.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
+        context.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
         return context
+
+    _relay: _Relay | None = None
+
+    def _make_url(self, channel: str) -> str:
+        """Connect through a relay that caps each message the kernel sends (ipc transport only)."""
+        url = super()._make_url(channel)
+        if self.transport != "ipc":
+            return url
+        if self._relay is None:
+            self._relay = _Relay(MAX_MESSAGE_BYTES)
+        return "ipc://" + self._relay.forward(url.removeprefix("ipc://"))
+
+    @property
+    def flooded(self) -> bool:
+        """Whether the kernel sent a message over ``MAX_MESSAGE_BYTES`` (it is then cut off)."""
+        return self._relay is not None and self._relay.violated.is_set()
+
+    def stop_channels(self) -> None:
+        super().stop_channels()
+        if self._relay is not None:
+            self._relay.close()
 
     async def _async_wait_for_ready(self, timeout: float | None = None) -> None:
         deadline = time.monotonic() + (timeout if timeout is not None else 60.0)
@@ -475,6 +660,11 @@ class KernelSession:
         self._timer.daemon = True
         self._timer.start()
         self.client.start_new_kernel_client()
+        kc = self.client.kc
+        if isinstance(kc, _ReadyClient) and kc._relay is not None:  # a kernel that floods is killed
+            kc._relay.on_violation = self._kill_on_flood
+            if kc.flooded:
+                self._kill_on_flood()
         report.cells = [CellRun(cid, "skipped", lines=len(src.splitlines())) for cid, src in cells]
         self._cells = report.cells
         for index, cell in enumerate(nb.cells):
@@ -484,10 +674,12 @@ class KernelSession:
             except CellTimeoutError:
                 run.status = "timeout"
                 self._dead = True  # an uninterrupted cell keeps the kernel busy: stop here
+                run.truncated = run.truncated or self._flooded()
                 break
             except DeadKernelError:
                 run.status = "dead"
                 self._dead = True
+                run.truncated = run.truncated or self._flooded()
                 break
             errors = [o for o in cell.outputs if o.get("output_type") == "error"]
             run.status = "error" if errors else "ok"
@@ -511,8 +703,20 @@ class KernelSession:
         if type(line) is int and 1 <= line <= max(run.lines, 1):
             run.error_line = line
 
+    def _flooded(self) -> bool:
+        """Whether the kernel was cut off for sending a message over ``MAX_MESSAGE_BYTES``."""
+        kc = self.client.kc if self.client is not None else None
+        return isinstance(kc, _ReadyClient) and kc.flooded
+
+    def _kill_on_flood(self) -> None:
+        self._kill()
+
     def _kill_on_deadline(self) -> None:
         self.killed_by_timer = True
+        self._kill()
+
+    def _kill(self) -> None:
+        """Kill the kernel and its sandbox now (from any thread); close() tidies up later."""
         self._dead = True
         if self.box is not None:
             self.box.kill()

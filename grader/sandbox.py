@@ -16,7 +16,9 @@ Two modes, chosen by who runs the grader (see docs/security.md):
   one kernel cannot starve another. The memory of the submission's process tree is summed by a
   watcher in the grader, which kills the whole sandbox over the cap.
 
-In both, rlimits per process (address space, processes, file size, CPU) stay as a backstop.
+In both, rlimits per process (address space, processes, descriptors, file size, CPU) stay as a
+backstop, the root and ``/dev`` are read-only, and a seccomp filter refuses the system calls that
+would hold memory no resident set shows or draw on quotas Linux keeps per uid (``DENIED_SYSCALLS``).
 """
 
 from __future__ import annotations
@@ -94,7 +96,13 @@ class UidLease:
         """The lease on ``uid`` if no one holds it, else None."""
         if not _LOCK_DIR.is_dir():
             _LOCK_DIR.mkdir(exist_ok=True)
-            os.chmod(_LOCK_DIR, 0o1777)  # shared by every grader on the machine, whoever runs it
+            os.chmod(_LOCK_DIR, 0o755)  # only root leases uids; nobody else may create or hold a lock
+        info = _LOCK_DIR.stat()
+        if info.st_uid != 0 or info.st_mode & 0o022:
+            raise CourseError(
+                f"{_LOCK_DIR} must belong to root and be writable by root only (it holds the sandbox uid "
+                "leases); remove it and grade again"
+            )
         try:
             # Read-only is enough for flock, so a lock file another user created still works.
             fd = os.open(_LOCK_DIR / str(uid), os.O_RDONLY | os.O_CREAT, 0o644)
@@ -145,13 +153,16 @@ DENIED_SYSCALLS = (
     "inotify_init",  # inotify instances (fs.inotify.max_user_instances) are counted per uid
     "inotify_init1",
     "fanotify_init",
+    "ptrace",  # in user mode the sandbox's pid 1 (bwrap, without our rlimits) has the kernel's uid
+    "process_vm_writev",
+    "pidfd_getfd",
     "userfaultfd",
     "io_uring_setup",
     "perf_event_open",
     "bpf",
 )
 _SECCOMP_LIB = "libseccomp.so.2"
-NOFILE = 256  # open descriptors per kernel process (RLIMIT_NOFILE)
+NOFILE = 128  # open descriptors per kernel process (RLIMIT_NOFILE); a kernel uses about 60
 SECCOMP_HINT = (
     "the sandbox refuses some system calls to student code with a seccomp filter, built with "
     "libseccomp, which was not found. Install it with `apt-get install libseccomp2`, "
@@ -586,7 +597,7 @@ class Sandbox:
             f"--as={self.memory_cap_bytes}",
             f"--nproc={limits.max_processes}",
             # Socket and pipe buffers are in no resident set: in user mode, descriptors are what bound
-            # them (a kernel needs about 60).
+            # them.
             f"--nofile={NOFILE}",
             f"--fsize={limits.file_size_mb * 1024 * 1024}",
             f"--cpu={limits.cpu_seconds}",

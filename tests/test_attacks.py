@@ -671,3 +671,160 @@ def test_a_fork_bomb_in_one_grader_does_not_starve_a_kernel_of_another(tmp_path)
         bomber.communicate(timeout=120)
     result = json.loads(proc.stdout.splitlines()[0])
     assert result["total"] == 10 and result["passed"], result
+
+
+# --- memory that no resident set shows, and quotas shared with the grader's uid -------------
+HIDDEN_MEMORY = """
+import ctypes, os, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+held = []
+def fill(folder, mb):
+    written = 0
+    try:
+        for i in range(mb // 8):
+            with open(os.path.join(folder, 'course-attack-%d' % i), 'wb') as fh:
+                fh.write(b'z' * (8 << 20))
+            written += 8 << 20
+    except OSError:
+        pass
+    return written
+def memfds(count):
+    made = 0
+    try:
+        for _ in range(count):
+            fd = os.memfd_create('course-attack')
+            os.write(fd, b'm' * (8 << 20))
+            held.append(fd)
+            made += 1
+    except OSError:
+        pass
+    return made
+def hide(mb):
+    return {
+        'root': fill('/', mb), 'dev': fill('/dev', mb), 'shm': fill('/dev/shm', mb),
+        'memfd': memfds(mb // 8),
+        'sysv': libc.shmget(0, mb << 20, 0o1600) != -1,
+        'keyring': libc.syscall(248, b'user', b'course-attack', b'v', 1, -2) != -1,  # add_key
+        'inotify': libc.inotify_init() != -1,
+        'userns': subprocess.run(['unshare', '-r', 'true']).returncode == 0,
+    }
+"""
+
+
+def _sandbox_tree(pid1: int) -> list[int]:
+    """The sandbox's processes, found from the host by parent pid."""
+    parents: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as fh:
+                    parents.setdefault(int(fh.read().rsplit(b")", 1)[1].split()[1]), []).append(int(name))
+            except (OSError, IndexError, ValueError):
+                continue
+    tree, stack = [], [pid1]
+    while stack:
+        pid = stack.pop()
+        tree.append(pid)
+        stack.extend(parents.get(pid, []))
+    return tree
+
+
+def _memfd_bytes(pids: list[int]) -> int:
+    """Bytes in memfds the processes hold open, read from the host through /proc/<pid>/fd."""
+    total = 0
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:"):
+                    total += os.stat(f"/proc/{pid}/fd/{fd}").st_size
+            except OSError:
+                continue
+    return total
+
+
+def test_memory_outside_resident_sets_cannot_be_held():
+    """Found here: in user mode the kernel owned the root and /dev tmpfs that bwrap makes (no size cap)
+    and could fill memfds; 4 GB and 3.2 GB were held while the memory watcher saw 50 MB. SysV shared
+    memory, keyrings, inotify (per-uid quotas shared with the grader) and new user namespaces are
+    refused too."""
+    session = KernelSession(LIMITS, sandbox=True)
+    session.start()
+    try:
+        _run_in_kernel(session, HIDDEN_MEMORY)
+        got = session.call("hide", [256], {})
+        assert session.box is not None and session.box.pid1 is not None
+        used = {}
+        for inside in ("/", "/dev"):  # the sandbox's own file systems, seen from the host
+            stat = os.statvfs(session.box.host_path(inside))
+            used[inside] = (stat.f_blocks - stat.f_bfree) * stat.f_frsize
+        memfd = _memfd_bytes(_sandbox_tree(session.box.pid1))
+    finally:
+        session.close()
+    assert got == {
+        "root": 0,
+        "dev": 0,
+        "shm": 0,
+        "memfd": 0,
+        "sysv": False,
+        "keyring": False,
+        "inotify": False,
+        "userns": False,
+    }
+    assert used["/"] < 2**20 and used["/dev"] < 2**20 and memfd == 0, (used, memfd)
+
+
+SOCKET_BUFFERS = """
+import os, socket, time
+def buffers(children):
+    for _ in range(children):
+        if os.fork() == 0:
+            fill()
+            time.sleep(30)
+            os._exit(0)
+    return fill()
+pairs = []
+def fill():
+    try:
+        while True:
+            a, b = socket.socketpair()
+            a.setblocking(False)
+            try:
+                while True:
+                    a.send(b'q' * 65536)
+            except BlockingIOError:
+                pass
+            pairs.append((a, b))
+    except OSError:
+        return len(pairs)
+"""
+
+
+def test_socket_buffers_are_bounded_by_descriptors():
+    """Found here: socket buffers are in no resident set; in user mode nine processes of one
+    submission held 10.8 GB of them (20,000 descriptors each) while the watcher saw 300 MB. Every
+    process of a sandbox now has at most ``NOFILE`` descriptors, read from the host."""
+    from grader.sandbox import NOFILE
+
+    session = KernelSession(LIMITS, sandbox=True)
+    session.start()
+    try:
+        _run_in_kernel(session, SOCKET_BUFFERS)
+        pairs = session.call("buffers", [3], {})
+        assert session.box is not None and session.box.pid1 is not None
+        tree = _sandbox_tree(session.box.pid1)
+        limits = []
+        for pid in tree[1:]:  # bwrap's own pid 1 runs no student code
+            try:
+                text = Path(f"/proc/{pid}/limits").read_text()
+            except OSError:
+                continue
+            row = next(line for line in text.splitlines() if line.startswith("Max open files"))
+            limits.append(int(row.split()[4]))  # the hard limit
+    finally:
+        session.close()
+    assert pairs < NOFILE // 2
+    assert len(limits) >= 4 and max(limits) <= NOFILE, limits

@@ -44,6 +44,20 @@ for _ in range(20):
     c = create_comm(target_name='jupyter.widget', data={'state': {'_model_module': 'm', '_model_name': 'M', 'v': 'x' * 20_000_000}})
     c.send({'method': 'update', 'state': {'v': 'y' * 20_000_000}})
 """
+# Found by the red team: ZeroMQ reads a whole message into the grader before anyone looks at it, and
+# its size limit is per frame. One message of 200 frames of 15 MB (the same buffer each time, so it
+# costs the kernel nothing) took the grader to 2.9 GB; 100 MB frames in a loop, to 2.5 GB.
+MANY_FRAMES = """
+k = get_ipython().kernel
+frame = b'x' * 15_000_000
+k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'a'}, parent=k.get_parent(), buffers=[frame] * 200)
+"""
+BIG_FRAMES = """
+k = get_ipython().kernel
+frame = b'x' * 100_000_000
+for _ in range(30):
+    k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'a'}, parent=k.get_parent(), buffers=[frame])
+"""
 # Runs the CLI in this process and reports its own peak RSS (kB on Linux) on the last stderr line.
 _MEASURED_CLI = (
     "import atexit, resource, sys\n"
@@ -77,7 +91,11 @@ def grade_measured(path: Path) -> tuple[dict, int, int]:
     return result, measured(proc.stderr, "peak_rss"), measured(proc.stderr, "retained_rss")
 
 
-@pytest.mark.parametrize("attack", [ERROR_FLOOD, DISPLAY_SWAP, COMM_STATE], ids=["errors", "display", "comm"])
+@pytest.mark.parametrize(
+    "attack",
+    [ERROR_FLOOD, DISPLAY_SWAP, COMM_STATE, MANY_FRAMES, BIG_FRAMES],
+    ids=["errors", "display", "comm", "many-frames", "big-frames"],
+)
 def test_floods_do_not_grow_the_grader(tmp_path, attack):
     nb = tmp_path / "flood.ipynb"
     nb.write_bytes(submission(COURSE, code=BLANK + attack))
@@ -87,3 +105,29 @@ def test_floods_do_not_grow_the_grader(tmp_path, attack):
     assert peak_mb < PEAK_RSS_MB, f"grader peaked at {peak_mb} MB"
     assert result["graded"] and code["points"] == 0
     assert any("输出过多" in m for m in code["messages"]), code["messages"]
+
+
+def _frames(*parts: tuple[int, int]) -> bytes:
+    """ZMTP 3 frames: (flags, body size) each, with a long size where the body needs one."""
+    out = b""
+    for flags, size in parts:
+        head = bytes([flags | 0x02]) + size.to_bytes(8, "big") if size > 255 else bytes([flags, size])
+        out += head + b"b" * size
+    return out
+
+
+GREETING = b"\xff" + b"\0" * 8 + b"\x7f" + b"\x03\x01" + b"NULL" + b"\0" * 48
+
+
+def test_message_limit_follows_frames_split_anywhere():
+    """The relay's parser must let through every message under the cap however the bytes arrive,
+    count all frames of a message together, and refuse framing it cannot follow."""
+    from grader.kernel import _MessageLimit
+
+    honest = GREETING + _frames((0x04, 30), (0x01, 300), (0x01, 40), (0x00, 600), (0x00, 700))
+    for step in (1, 7, 64, len(honest)):
+        limit = _MessageLimit(1000)
+        assert all(limit.feed(honest[i : i + step]) for i in range(0, len(honest), step)), step
+    too_big = GREETING + _frames((0x01, 600), (0x00, 600))  # 1,200 bytes in one message
+    assert not _MessageLimit(1000).feed(too_big)
+    assert not _MessageLimit(1000).feed(b"\xff" + b"\0" * 8 + b"\x7f" + b"\x01")  # ZMTP 1/2

@@ -29,7 +29,7 @@ USER_SUBSET = (
     "ipc_folder or four_processes or fork_bomb_in_one or nothing_of_the_host or no_network or "
     "memory_fork_and_disk or processes_and_threads or infinite_loop or killing_exiting or "
     "printing_fake or reading_the_course_repo or mode_line or sandbox_cgroups or never_share_an_identity or "
-    "refuses_naming or without_the_debugger or right_after_start"
+    "refuses_naming or without_the_debugger or right_after_start or outside_resident or socket_buffers"
 )
 
 
@@ -197,3 +197,14 @@ def test_attack_suite_as_an_ordinary_user(ordinary_user):
     tail = proc.stdout[-4000:] + proc.stderr[-2000:]
     passed = re.search(r"(\d+) passed", proc.stdout)
     assert proc.returncode == 0 and passed and int(passed.group(1)) >= 15, tail
+
+
+def test_refuses_without_libseccomp(monkeypatch):
+    """The seccomp filter is what keeps memfds and the grader's per-uid quotas out of reach: without
+    libseccomp the sandbox refuses, naming the package, rather than run without it."""
+    from grader import sandbox
+    from grader.errors import CourseError
+
+    monkeypatch.setattr(sandbox, "_SECCOMP_LIB", "libseccomp-missing.so.0")
+    with pytest.raises(CourseError, match="libseccomp2"):
+        sandbox.seccomp_filter.__wrapped__()

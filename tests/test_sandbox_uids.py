@@ -51,3 +51,21 @@ def test_a_released_uid_can_be_leased_again():
     finally:
         for lease in held:
             lease.release()
+
+
+def test_a_lease_folder_others_may_write_is_refused(tmp_path, monkeypatch):
+    """Only root leases uids: a lease folder that anyone may write (where a local user could hold
+    every lease and stop grading) is refused with its path, rather than used."""
+    import grader.sandbox as sandbox
+    from grader.errors import CourseError
+
+    shared = tmp_path / "course-kernel-uids"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    monkeypatch.setattr(sandbox, "_LOCK_DIR", shared)
+    with pytest.raises(CourseError, match="course-kernel-uids"):
+        sandbox.UidLease.try_acquire(61000)
+    shared.chmod(0o755)
+    lease = sandbox.UidLease.try_acquire(61000)
+    assert lease is not None
+    lease.release()
