@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -496,3 +497,28 @@ def test_a_streamed_body_is_cut_off_at_the_limit(app, svc, users):
     )
     assert response.status_code == 413 and "文件太大" in response.text
     assert count(svc, Submission) == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs, which needs root (as in CI)")
+def test_a_really_full_upload_folder_gives_a_clear_refusal_and_keeps_nothing(app, svc, users):
+    """The upload folder on a tiny file system, filled up: the upload is refused with a message that
+    says why (507), and neither a file nor a database row is left behind."""
+    import subprocess
+
+    client, token = client_for(app, "s2")
+    root = svc.store.root
+    before = (count(svc, Submission), count(svc, Job))
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(root)], check=True)
+    try:
+        filler = root / "filler"
+        with filler.open("wb") as f:
+            try:
+                f.write(b"\0" * 128 * 1024)
+            except OSError:
+                pass  # the file system is now full
+        refused = upload(client, token, sample("untouched").read_bytes())
+        assert refused.status_code == 507 and "存储空间已满" in refused.text
+        assert [p.name for p in root.rglob("*") if p.is_file()] == ["filler"]
+        assert (count(svc, Submission), count(svc, Job)) == before
+    finally:
+        subprocess.run(["umount", str(root)], check=True)
