@@ -68,7 +68,7 @@ _EN_FUNCTION = re.compile(
     r"(?<![a-z])(?:is|are|was|were|be|because|so|the|an?|of|to|in|must|can|will|only|than|when|after|before"
     r"|and|or|with|by|for|on|not|no|it|this|that|each|per)(?![a-z])"
 )
-_RELATION = re.compile(r"[=≈<>≤≥≠→⇒∝]|(?<![a-z])vs(?![a-z])")  # states a value or compares
+_RELATION = re.compile(r"[=≈<>≤≥≠→⇒∝]|约|大约|(?<![a-z])vs(?![a-z])")  # states a value or compares
 _LIST_SEPARATORS = frozenset("+|&*#~^`·•")
 # A term with a gap of any characters (zero-1[^。]{0,30}优化器) spans a whole clause: it relates
 # words rather than naming one, so it does not count as a term when a keyword list is recognised.
@@ -181,7 +181,7 @@ _QUESTION_END = re.compile(r"(?:吗|么|呢)\s*[?？]?\s*$|[?？]\s*$")
 _QUESTION_CUES = re.compile(r"是否|难道|whether")
 # An A-not-A inside a statement that says it does not matter (用不用 ZeRO 都一样) asks nothing.
 _WHETHER_OR_NOT = re.compile(
-    r"都(?:一样|行|可以|相同|没关系|无所谓|不影响)|没(?:有)?(?:什么)?关系|无关|区别不大|无所谓|不影响"
+    r"都(?:一样|行|可以|相同|没关系|无所谓|不影响)|没(?:有)?(?:什么)?关系|无关|区别不大|影响(?:都)?不大|无所谓|不影响"
 )
 # A-not-A after a verb that embeds it (只看有没有 kernel 在跑, 取决于是不是) is the object, not a question.
 _EMBEDS = re.compile(r"(?:看|取决于|判断|知道|决定|在于|关心|管|检查|确认|问|无论|不管)\s*$")
@@ -196,15 +196,18 @@ def _asks_a_not_a(text: str) -> bool:
 
 
 _REPORTED = re.compile(
-    r"有人(?:会)?(?:认为|说|以为|觉得|主张|声称|担心)|网上(?:常|经常|都)?(?:看到|有人)?(?:说|写)|有的(?:资料|文章|博客|人|教程)(?:上)?(?:写|说|认为)|(?:很多|不少|许多|一些|常有)(?:人|博客|文章|资料)?(?:认为|以为|觉得|说|误以为|宣称|声称)|误以为|误认为|错误地认为|"
+    r"有人(?:会)?(?:认为|说|以为|觉得|主张|声称|担心)|(?:网上|论坛)?有(?:篇|个|些|的)?(?:帖子|博客|文章|资料|教程|回答)(?:里|上|中)?(?:说|写着?|认为|称)|(?:教程|帖子|博客|文章|资料)(?:里|上|中)(?:说|写着?|认为|称)|网上(?:常|经常|都)?(?:看到|有人)?(?:说|写)|有的(?:资料|文章|博客|人|教程)(?:上)?(?:写|说|认为)|(?:很多|不少|许多|一些|常有)(?:人|博客|文章|资料)?(?:认为|以为|觉得|说|误以为|宣称|声称)|误以为|误认为|错误地认为|"
     r"以为|(?<!无)所谓|据说|听说|宣称|声称|号称|(?:有|一些|很多|不少|我|有个|我的)?(?:同学|朋友|老师|助教|网友|室友|师兄|师姐|同事|别人)(?:常|经常|都)?(?:说|认为|以为|觉得)(?![得的](?:对|没错|有道理))|有(?:一)?种说法|(?:直觉上|乍看|表面上|容易)(?:会)?(?:觉得|以为|认为)|会觉得|"
     r"(?:一种|常见的?|典型的?)(?:误解|错误观点|错误说法|说法|看法)(?:是|认为)?|乍一看|乍看之下|表面上看|some people (?:think|say|believe)"
 )
-_CONTRAST = re.compile(r"但是|但|然而|可是|实际上|其实|事实上|而是|后来|现在(?:我)?(?:知道|明白)|however|actually")
+_CONTRAST = re.compile(
+    r"但是|但|然而|可是|(?<=[,，])\s*可(?![以能是见否])|实际上|其实|事实上|而是|后来|现在(?:我)?(?:知道|明白)|however|actually"
+)
 _REFUTATION = re.compile(
     r"(?:这|此|该)(?:种|个|一|样)?(?:说法|观点|理解|看法|想法)?(?:其实|实际上)?(?:是|属于|并|完全)*(?:一种|一个)?(?:错误|错|误解|误区|不对|不正确|不成立)"
     r"|(?:是|属于)(?:一种|一个)?(?:完全)?(?:错误的?|错的|误解|误区|不对的?|不正确的?)(?:说法|观点|理解|看法)?(?=[,:;。!?]|$)"
     r"|(?:这|此)(?:是|属于)?(?:一种|个)?(?:误会|不准确|不严谨)|(?:他|她|他们|对方)(?:搞|说|弄)错了"
+    r"|我(?:觉得|认为)?(?:站不住|不同意|不认同|不赞同)"
     r"|并非如此|其实不然|事实并非如此|that'?s wrong|is wrong"
 )
 _REFUTATION_START = re.compile(
@@ -490,7 +493,7 @@ def split_sentences(original: str) -> list[Sentence]:
 # A short reply right after a question: 当然能。/ 不能，因为… / 是的。
 _REPLY = re.compile(
     r"^(?:答[:：]?\s*)?(?:当然|肯定|显然|确实|其实|实际上|事实上|答案是)?\s*(?:也)?"
-    r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|不对|没有|否|不)|(?P<yes>能|可以|会|是的|是|对|没错|行|需要|要|有|当然|yes))"
+    r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|不对|没有|未必|不一定|不见得|不一样|否|不)|(?P<yes>能|可以|会|是的|是|对|没错|行|需要|要|有|一样|当然|yes))"
     r"\s*(?:的|啊|呀)?\s*(?=[,:;。!?，：；]|$)"
 )
 _RHETORICAL = re.compile(r"难道|岂不|何尝|不就|不也|不是[^,:;，：；]*[吗么]")
@@ -558,11 +561,17 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
     masked = _mask(text, _HEDGE_FALSE)
     condition = next((m for m in _HEDGES.finditer(masked) if _whole(m, text) and _conditional(m, masked)), None)
     if condition is not None:
-        if not text[: condition.start()].strip(" ,:，："):
+        contrast = _CONTRAST_AFTER_CONDITION.search(text, condition.end())
+        if not text[: condition.start()].strip(" ,:，：") and contrast is None:
             return "hedged", tuple(regions)
         # A condition later in the sentence makes only what follows it hypothetical.
-        regions.append((condition.start(), len(text), "hedged"))
+        end = next((m.start() for m in _CONTRAST_AFTER_CONDITION.finditer(text, condition.end())), len(text))
+        regions.append((condition.start(), end, "hedged"))
     return "asserted", tuple(regions)
+
+
+# A contrast after a condition (如果…，可以…，不过 X) ends what the condition makes hypothetical.
+_CONTRAST_AFTER_CONDITION = re.compile(r"不过|但是|但|然而|可是")
 
 
 def _conditional(m: re.Match[str], text: str) -> bool:
@@ -1456,9 +1465,13 @@ def _bare_terms(text: str, matches: list[Span]) -> int | None:
 def _unless(veto: Veto, p: Pattern, answer: _Answer, i: int, hit: _Hit) -> Span | None:
     """The first 'unless' term inside the clauses of the matched claim: it says the sentence is about
     something else (a neighbouring technique, another quantity). Elsewhere in the sentence it does not count."""
+    s = answer.sentences[i]
+    own = _status_at(s, hit.head[0])
     for u in veto.unless + p.unless:
-        if span := _within(answer.hits(i, u), hit.lo, hit.hi):
-            return span
+        for a, b in answer.hits(i, u):
+            # A term inside someone else's reported words says nothing about the student's own claim.
+            if hit.lo <= a and b <= hit.hi and _status_at(s, a) == own:
+                return a, b
     return None
 
 

@@ -113,3 +113,23 @@ def test_a_refutation_with_qishi_refutes() -> None:
 )
 def test_more_reported_speech_refutations_and_embedded_questions(text: str, word: str, status: str) -> None:
     assert status_at(text, word) == status
+
+
+def test_doubting_replies_hedged_a_not_a_and_ke_as_but() -> None:
+    first = split_sentences("TP 非得放节点内吗？其实未必，跨节点也能跑。")[0]
+    assert first.answered == "negative"
+    assert split_sentences("TP 跨不跨节点影响不大。")[0].status == "asserted"
+    assert status_at("很多人以为激活越少，可 1F1B 下第一个 stage 挂着 pp 份激活。", "挂着") == "asserted"
+
+
+def test_a_quoted_report_ends_at_the_closing_quote_and_at_the_students_rejection() -> None:
+    text = "网上看到说“cf 调大就能解决不均衡”，我觉得站不住：cf 大只会多 padding。"
+    assert status_at(text, "解决") in ("reported", "refuted")
+    assert status_at(text, "padding") == "asserted"
+
+
+def test_a_contrast_ends_a_condition_and_more_reports_and_replies() -> None:
+    text = "如果 mbs=1 还放不下，可以再叠加激活重计算，不过重计算会带来轻微的数值误差。"
+    assert status_at(text, "叠加") == "hedged" and status_at(text, "误差") == "asserted"
+    assert status_at("有篇博客说 FA 是近似算法，其实它是精确的。", "近似") == "reported"
+    assert split_sentences("梯度累积的更新和大 batch 一样吗？不一样。")[0].answered == "negative"
