@@ -505,7 +505,8 @@ def test_a_really_full_upload_folder_gives_a_clear_refusal_and_keeps_nothing(app
     says why (507), and neither a file nor a database row is left behind."""
     import subprocess
 
-    client, token = client_for(app, "s2")
+    make_user(svc.factory, "s-full-disk", "student", PASSWORD)  # a fresh student: no attempts used today
+    client, token = client_for(app, "s-full-disk")
     root = svc.store.root
     before = (count(svc, Submission), count(svc, Job))
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(root)], check=True)
