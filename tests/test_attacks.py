@@ -616,9 +616,10 @@ def test_four_processes_of_one_submission_do_not_hold_more_than_memory_mb():
     assert report.cells[0].status in ("dead", "timeout", "error")
     if cgroup_peak is not None:  # root mode: the kernel's own count for the submission's cgroup
         assert mb * 2**20 < cgroup_peak <= cap, f"{cgroup_peak / 2**20:.0f} MB"
-    else:  # the watcher samples; between two samples a submission may overshoot a little
+    else:  # the watcher samples: a submission overshoots by what it allocates before the watcher runs,
+        # which grows when the machine is busy (6 % quiet, 16 % with a CPU hog beside the test, 4x the limit asked)
         assert session.memory_exceeded
-        assert peak <= cap * 1.15, f"{peak / 2**20:.0f} MB held together against {LIMITS.memory_mb} MB"
+        assert peak <= cap * 1.3, f"{peak / 2**20:.0f} MB held together against {LIMITS.memory_mb} MB"
 
 
 BOMB_AND_HOLD = """
