@@ -18,8 +18,12 @@ sentence), so that no answer can keep the grader busy; evidence shown back is ma
 
 from __future__ import annotations
 
+import atexit
 import functools
+import os
 import re
+import shutil
+import tempfile
 import unicodedata
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
@@ -291,6 +295,25 @@ COURSE_WORDS = (
 ).split()
 
 
+def _private_cache_dir() -> Path:
+    """Where jieba keeps its prefix-dictionary cache: a folder only this user can write.
+
+    jieba's default is a fixed name in the shared /tmp, so any local user could plant a cache that
+    changes how answers are segmented, and a second user's grader fails to replace it."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "course-grader"
+    try:
+        base.parent.mkdir(mode=0o700, exist_ok=True)  # never a missing home: that falls through
+        base.mkdir(mode=0o700, exist_ok=True)
+        info = base.stat()
+        if info.st_uid == os.geteuid() and not info.st_mode & 0o022:
+            return base
+    except OSError:
+        pass
+    scratch = tempfile.mkdtemp(prefix="course-jieba-")  # private to this process, removed at its exit
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    return Path(scratch)
+
+
 @functools.cache
 def _segmenter() -> Any:
     """jieba, initialised once per process with the course's words (loading its dictionary costs ~0.7 s)."""
@@ -300,6 +323,7 @@ def _segmenter() -> Any:
 
     jieba.setLogLevel(logging.WARNING)
     tokenizer = jieba.Tokenizer()
+    tokenizer.tmp_dir = str(_private_cache_dir())
     tokenizer.initialize()
     for word in COURSE_WORDS:
         tokenizer.add_word(word, freq=50000)

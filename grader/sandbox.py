@@ -419,20 +419,46 @@ def _children(pid: int) -> list[int]:
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def tree_rss_bytes(root: int) -> int:
-    """Resident memory of ``root`` and all its descendants, summed (shared pages count each time)."""
-    total, stack, seen = 0, [root], set()
+def _tree(root: int) -> list[int]:
+    """``root`` and all its descendants (a process that has exited is skipped)."""
+    out, stack, seen = [], [root], set()
     while stack:
         pid = stack.pop()
         if pid in seen:
             continue
         seen.add(pid)
+        out.append(pid)
+        stack.extend(_children(pid))
+    return out
+
+
+def tree_rss_bytes(root: int) -> int:
+    """Resident memory of ``root`` and its descendants, summed: cheap, but a page shared after a
+    fork counts once per process, so it can only overstate what the tree holds."""
+    total = 0
+    for pid in _tree(root):
         try:
             with open(f"/proc/{pid}/statm", "rb") as fh:
                 total += int(fh.read().split()[1]) * _PAGE
         except (OSError, IndexError, ValueError):
             continue
-        stack.extend(_children(pid))
+    return total
+
+
+def tree_pss_bytes(root: int) -> int:
+    """Proportional set size of ``root`` and its descendants: a page shared by n processes counts 1/n
+    in each, so the sum is what the tree really holds. Costlier than RSS (the kernel walks the page
+    tables), so the watcher asks for it only when the RSS sum is over the cap."""
+    total = 0
+    for pid in _tree(root):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, IndexError, ValueError):
+            continue
     return total
 
 
@@ -655,6 +681,8 @@ class Sandbox:
         if pid1 is None:
             return
         used = tree_rss_bytes(pid1)
+        if used > self.memory_cap_bytes:  # forked children share pages: count them once before judging
+            used = tree_pss_bytes(pid1)
         self.peak_bytes = max(self.peak_bytes, used)
         if used > self.memory_cap_bytes:
             self.memory_exceeded = True

@@ -27,7 +27,7 @@ AS_ROOT = os.geteuid() == 0
 # the output floods of test_kernel_hostile.py, which test the grader's memory, not the sandbox.
 USER_SUBSET = (
     "ipc_folder or four_processes or fork_bomb_in_one or nothing_of_the_host or no_network or "
-    "memory_fork_and_disk or processes_and_threads or infinite_loop or killing_exiting or "
+    "memory_fork_and_disk or forked_workers or processes_and_threads or infinite_loop or killing_exiting or "
     "printing_fake or reading_the_course_repo or mode_line or sandbox_cgroups or never_share_an_identity or "
     "refuses_naming or without_the_debugger or right_after_start or outside_resident or socket_buffers"
 )
