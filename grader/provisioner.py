@@ -41,7 +41,7 @@ from jupyter_client.provisioning import KernelProvisionerBase
 from . import zygote as zygote_script
 from .course import Limits
 from .errors import CourseError
-from .sandbox import NOFILE, _parents, _runtime_paths, seccomp_filter
+from .sandbox import NOFILE, bwrap_layout, kernel_env_args, runtime_binds, seccomp_filter
 
 ZYGOTE_FILE = Path(zygote_script.__file__).resolve()
 ZYGOTE_FILE_IN_SANDBOX = Path("/run/course/zygote.py")  # the only file of the repo it sees
@@ -308,60 +308,8 @@ def zygote_argv() -> list[str]:
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise ZygoteError("pre-forked kernels need bubblewrap (apt-get install bubblewrap)")
-    runtime = [p for p in _runtime_paths() if not str(p).startswith("/usr/")]
-    cmd = [
-        bwrap,
-        "--unshare-ipc",
-        "--unshare-pid",
-        "--unshare-net",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--die-with-parent",
-        "--new-session",
-        "--ro-bind",
-        "/usr",
-        "/usr",
-        "--symlink",
-        "usr/lib",
-        "/lib",
-        "--symlink",
-        "usr/lib64",
-        "/lib64",
-        "--symlink",
-        "usr/bin",
-        "/bin",
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--size",
-        str(4 * 1024 * 1024),
-        "--tmpfs",
-        "/tmp",
-    ]
-    for parent in _parents([*runtime, ZYGOTE_FILE_IN_SANDBOX]):
-        cmd += ["--perms", "0755", "--dir", str(parent)]
-    for path in runtime:
-        cmd += ["--ro-bind", str(path), str(path)]
-    cmd += ["--ro-bind", str(ZYGOTE_FILE), str(ZYGOTE_FILE_IN_SANDBOX), "--chdir", "/tmp", "--clearenv"]
-    env = {
-        "HOME": "/tmp",
-        "PATH": "/usr/bin:/bin",
-        "LANG": "C.UTF-8",
-        "IPYTHONDIR": "/tmp/.ipython",
-        "MPLBACKEND": "Agg",
-        "OPENBLAS_NUM_THREADS": "1",
-        "OMP_NUM_THREADS": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "JUPYTER_PLATFORM_DIRS": "1",
-        "JUPYTER_RUNTIME_DIR": "/tmp/.jupyter",
-        # Each kernel thread would reserve a 64 MiB malloc arena, which RLIMIT_AS counts: with 11
-        # threads a forked kernel started at 0.74 GB of its 1 GB (a kernel started by bwrap: 0.33
-        # GB). Two arenas bring it to 0.28 GB.
-        "MALLOC_ARENA_MAX": "2",
-    }
-    for key, value in env.items():
-        cmd += ["--setenv", key, value]
+    cmd = [bwrap, *bwrap_layout(tmp_bytes=4 * 1024 * 1024), *runtime_binds([ZYGOTE_FILE_IN_SANDBOX])]
+    cmd += ["--ro-bind", str(ZYGOTE_FILE), str(ZYGOTE_FILE_IN_SANDBOX), "--chdir", "/tmp", *kernel_env_args()]
     cmd += ["--cap-drop", "ALL"]
     for cap in ZYGOTE_CAPS:
         cmd += ["--cap-add", cap]

@@ -36,6 +36,7 @@ import sys
 import sysconfig
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -502,6 +503,81 @@ class _Watcher:
 _WATCHER = _Watcher()
 
 
+# --- what every bwrap sandbox shares (a kernel's, and the zygote's) --------------------------
+# The kernel's environment: nothing of the grader's; BLAS and OpenMP on one thread (limits count
+# processes and memory, and a pool per kernel would only compete); two malloc arenas, since glibc
+# otherwise reserves 64 MB of address space per thread and RLIMIT_AS counts it.
+KERNEL_ENV = {
+    "HOME": "/tmp",
+    "PATH": "/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "IPYTHONDIR": "/tmp/.ipython",
+    "MPLBACKEND": "Agg",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MALLOC_ARENA_MAX": "2",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "JUPYTER_PLATFORM_DIRS": "1",
+    "JUPYTER_RUNTIME_DIR": "/tmp/.jupyter",
+}
+
+
+def kernel_env_args() -> list[str]:
+    """bwrap arguments that clear the environment and set ``KERNEL_ENV``."""
+    args = ["--clearenv"]
+    for key, value in KERNEL_ENV.items():
+        args += ["--setenv", key, value]
+    return args
+
+
+def bwrap_layout(tmp_bytes: int) -> list[str]:
+    """New ipc, pid, net, uts and cgroup namespaces, /usr read-only with the usual symlinks, a fresh
+    /proc and /dev, and a world-writable /tmp tmpfs of ``tmp_bytes``: the part every sandbox shares."""
+    return [
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(tmp_bytes),
+        "--tmpfs",
+        "/tmp",
+    ]
+
+
+def runtime_binds(extra_dirs: Sequence[str | Path] = ()) -> list[str]:
+    """Read-only binds of the Python runtime outside /usr (a venv, pyenv), with the folders above
+    them made first; ``extra_dirs`` are further paths whose parents must exist."""
+    runtime = [p for p in _runtime_paths() if not str(p).startswith("/usr/")]
+    args: list[str] = []
+    for parent in _parents([*runtime, *(Path(d) for d in extra_dirs)]):
+        args += ["--perms", "0755", "--dir", str(parent)]
+    for path in runtime:
+        args += ["--ro-bind", str(path), str(path)]
+    return args
+
+
 # --- one sandbox per submission --------------------------------------------------------------
 class Sandbox:
     """One submission's sandbox: identity, limits, the command that starts it, and its removal.
@@ -541,71 +617,17 @@ class Sandbox:
         if bwrap is None:
             raise CourseError(INSTALL_HINT)
         limits = self.limits
-        runtime = [p for p in _runtime_paths() if not str(p).startswith("/usr/")]
         cmd = [bwrap]
         if not self.mode.root:
             cmd += ["--unshare-user", "--disable-userns"]
-        cmd += [
-            "--unshare-ipc",
-            "--unshare-pid",
-            "--unshare-net",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--die-with-parent",
-            "--new-session",
-            "--ro-bind",
-            "/usr",
-            "/usr",
-            "--symlink",
-            "usr/lib",
-            "/lib",
-            "--symlink",
-            "usr/lib64",
-            "/lib64",
-            "--symlink",
-            "usr/bin",
-            "/bin",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--perms",
-            "1777",
-            "--size",
-            str(limits.file_size_mb * 4 * 1024 * 1024),
-            "--tmpfs",
-            "/tmp",
-            "--perms",
-            "0777",
-            "--dir",
-            self.inside_dir,
-            "--ro-bind",
-            str(connection_file),
-            f"{self.inside_dir}/kernel.json",
-        ]
-        for parent in _parents(runtime):
-            cmd += ["--perms", "0755", "--dir", str(parent)]
-        for path in runtime:
-            cmd += ["--ro-bind", str(path), str(path)]
+        cmd += bwrap_layout(tmp_bytes=limits.file_size_mb * 4 * 1024 * 1024)
+        cmd += ["--perms", "0777", "--dir", self.inside_dir]
+        cmd += ["--ro-bind", str(connection_file), f"{self.inside_dir}/kernel.json"]
+        cmd += runtime_binds()
         # Nothing but /tmp stays writable: in user mode the kernel owns the root and /dev tmpfs that
         # bwrap makes, which have no size cap and whose pages are in no process's resident set.
         cmd += ["--remount-ro", "/dev", "--remount-ro", "/"]
-        cmd += ["--seccomp", str(_SECCOMP_FD), "--chdir", "/tmp", "--clearenv"]
-        env = {
-            "HOME": "/tmp",
-            "PATH": "/usr/bin:/bin",
-            "LANG": "C.UTF-8",
-            "IPYTHONDIR": "/tmp/.ipython",
-            "MPLBACKEND": "Agg",
-            "OPENBLAS_NUM_THREADS": "1",
-            "OMP_NUM_THREADS": "1",
-            "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MB of address space per thread otherwise
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "JUPYTER_PLATFORM_DIRS": "1",
-            "JUPYTER_RUNTIME_DIR": "/tmp/.jupyter",
-        }
-        for key, value in env.items():
-            cmd += ["--setenv", key, value]
+        cmd += ["--seccomp", str(_SECCOMP_FD), "--chdir", "/tmp", *kernel_env_args()]
         cmd += ["--"]
         if self.lease is not None:
             uid = self.lease.uid

@@ -96,7 +96,9 @@ def grade(grader, code, **kw):
     start = time.monotonic()
     result = grader.grade_bytes(submission(COURSE, code=code, **kw), "attack.ipynb")
     elapsed = time.monotonic() - start
-    assert elapsed < LIMITS.submission_timeout_s + 5, f"took {elapsed:.1f}s"
+    # Catches a hang, not slowness: the time limits themselves are asserted by the student's messages
+    # (超时), and a loaded machine can spend many seconds just starting a kernel.
+    assert elapsed < 4 * (LIMITS.submission_timeout_s + 5), f"took {elapsed:.1f}s"
     return result
 
 
