@@ -14,9 +14,12 @@ Printed per path:
 
 Both paths must give every notebook the same result; the bench stops if they do not.
 
-The pre-forked path is ``Grader(prefork=True)`` (root mode only; see docs/security.md).
+The pre-forked path is ``Grader(prefork=True)`` (root mode only; see docs/security.md). Run by an
+ordinary user, the bench measures today's path in user-namespace mode alone. With ``--as-user``, root
+also runs the same bench as the ordinary user the tests use (``course-sandbox-ci``, with a checkout
+and venv of its own, made by ``tests/helpers.py``) and prints both.
 
-    .venv/bin/python bench/grade_throughput.py [--rounds 2] [--cell-timeout 2]
+    .venv/bin/python bench/grade_throughput.py [--rounds 2] [--cell-timeout 2] [--as-user]
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -87,19 +91,27 @@ def notebooks(course: Course, folder: Path) -> tuple[list[Path], list[Path]]:
 
 
 class CpuMeter:
-    """CPU seconds of this process and everything it starts, from a cgroup v1 cpuacct group."""
+    """CPU seconds of this process and everything it starts, from a cgroup v1 cpuacct group.
+
+    Root makes its own group. An ordinary user cannot, so ``--as-user`` hands it one made by root and
+    given to the user (``DELEGATED``); only without either does the meter fall back to the CPU of
+    reaped children, which misses the sandboxed kernels."""
+
+    DELEGATED = "COURSE_BENCH_CPUACCT"
 
     def __init__(self) -> None:
         self.group: Path | None = None
-        if os.geteuid() == 0 and (CPUACCT / "cgroup.procs").is_file():
-            group = CPUACCT / f"course-bench-{os.getpid()}"
+        given = os.environ.get(self.DELEGATED)
+        if given or (os.geteuid() == 0 and (CPUACCT / "cgroup.procs").is_file()):
+            group = Path(given) if given else CPUACCT / f"course-bench-{os.getpid()}"
             try:
-                group.mkdir()
+                group.mkdir(exist_ok=bool(given))
                 (group / "cgroup.procs").write_text(str(os.getpid()))
                 self.group = group
             except OSError:
                 self.group = None
-        self.how = "cgroup cpuacct" if self.group else "reaped children (kernels of pre-forked runs missed)"
+        self.owned = self.group is not None and not given
+        self.how = "cgroup cpuacct" if self.group else "reaped children (sandboxed kernels missed)"
 
     def now(self) -> float:
         if self.group is not None:
@@ -108,7 +120,7 @@ class CpuMeter:
         return t.user + t.system + t.children_user + t.children_system
 
     def close(self) -> None:
-        if self.group is not None:
+        if self.group is not None and self.owned:
             (CPUACCT / "cgroup.procs").write_text(str(os.getpid()))
             for _ in range(50):  # the group empties once the last kernel is reaped
                 try:
@@ -138,14 +150,15 @@ def grade(course: Course, paths: list[Path], jobs: int, prefork: bool, meter: Cp
     return Run(wall, cpu, own, [r["total"] for r in results])
 
 
-def both(label: str, runs: int, work: Callable[[bool], Run]) -> dict[bool, list[Run]]:
+def both(label: str, runs: int, work: Callable[[bool], Run], paths: tuple[bool, ...]) -> dict[bool, list[Run]]:
     """Run ``work`` for each path ``runs`` times, alternating which goes first."""
-    out: dict[bool, list[Run]] = {False: [], True: []}
+    out: dict[bool, list[Run]] = {p: [] for p in paths}
     for i in range(runs):
-        for prefork in (False, True) if i % 2 == 0 else (True, False):
+        for prefork in paths if i % 2 == 0 else paths[::-1]:
             out[prefork].append(work(prefork))
-    if out[False][0].totals != out[True][0].totals:
-        raise SystemExit(f"{label}: the two paths disagree: {out[False][0].totals} vs {out[True][0].totals}")
+    first = [runs[0].totals for runs in out.values()]
+    if any(t != first[0] for t in first):
+        raise SystemExit(f"{label}: the two paths disagree: {first}")
     return out
 
 
@@ -153,51 +166,86 @@ def best(runs: list[Run]) -> Run:
     return min(runs, key=lambda r: r.wall)
 
 
+def as_ordinary_user(args: argparse.Namespace) -> str:
+    """The same bench, run by the ordinary user in a checkout of its own (user-namespace mode)."""
+    if os.geteuid() != 0:
+        raise SystemExit("--as-user needs root: it creates the user and its checkout")
+    sys.path.insert(0, str(ROOT / "tests"))
+    from helpers import ordinary_user_checkout
+
+    checkout = ordinary_user_checkout()
+    group = CPUACCT / f"course-bench-user-{os.getpid()}"
+    group.mkdir()
+    for path in (group, group / "cgroup.procs", group / "tasks"):  # cgroup v1 delegation: by ownership
+        shutil.chown(path, checkout.user)
+    argv = [f"{CpuMeter.DELEGATED}={group}", str(checkout.python), "bench/grade_throughput.py"]
+    argv += ["--rounds", str(args.rounds), "--jobs", str(args.jobs), "--cell-timeout", str(args.cell_timeout)]
+    try:
+        proc = checkout.run(argv, timeout=3600)
+    finally:
+        for _ in range(50):  # the group empties once the user's last process is gone
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+    if proc.returncode != 0:
+        raise SystemExit(f"the bench as {checkout.user} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
+    return f"as the ordinary user {checkout.user} (user-namespace mode, today's path only):\n{proc.stdout}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="grading throughput: today's path against pre-forked kernels")
     parser.add_argument("--rounds", type=int, default=2, help="runs per path and setting; the best is shown")
     parser.add_argument("--jobs", type=int, default=2, help="parallel graders for the throughput runs")
     parser.add_argument("--cell-timeout", type=float, default=2.0, help="per-cell timeout for the hostile runs")
+    parser.add_argument("--as-user", action="store_true", help="also run the bench as an ordinary user (needs root)")
     args = parser.parse_args()
     course = load_course(ROOT)
+    paths = (False, True) if os.geteuid() == 0 else (False,)  # pre-forked kernels need root mode
     meter = CpuMeter()
     try:
         with tempfile.TemporaryDirectory() as tmp:
             ordinary, hostile = notebooks(course, Path(tmp))
             n = len(ordinary)
-            grade(course, ordinary[:2], 1, False, meter)  # warm the page cache and imports
-            grade(course, ordinary[:2], 1, True, meter)
-            par = both("jobs", args.rounds, lambda p: grade(course, ordinary, args.jobs, p, meter))
-            one = both("serial", args.rounds, lambda p: grade(course, ordinary, 1, p, meter))
+            for prefork in paths:  # warm the page cache and imports
+                grade(course, ordinary[:2], 1, prefork, meter)
+            par = both("jobs", args.rounds, lambda p: grade(course, ordinary, args.jobs, p, meter), paths)
+            one = both("serial", args.rounds, lambda p: grade(course, ordinary, 1, p, meter), paths)
             quick = dataclasses.replace(
                 course, limits=dataclasses.replace(course.limits, cell_timeout_s=args.cell_timeout)
             )
-            bad = both("hostile", 1, lambda p: grade(quick, hostile, args.jobs, p, meter))
+            bad = both("hostile", 1, lambda p: grade(quick, hostile, args.jobs, p, meter), paths)
     finally:
         meter.close()
     print(f"lesson04, {n} notebooks (20 correct, 10 buggy, 10 blank), sandbox on, best of {args.rounds}")
     print(f"CPU counted by {meter.how}")
-    print(f"{'':34}{'today':>10}{'pre-forked':>12}{'ratio':>8}")
     rate = {p: n / best(r).wall for p, r in par.items()}
-    print(
-        f"{f'notebooks/s, --jobs {args.jobs}':34}{rate[False]:>10.2f}{rate[True]:>12.2f}{rate[True] / rate[False]:>8.2f}"
-    )
     wall1 = {p: best(r).wall / n for p, r in one.items()}
-    print(
-        f"{'wall s per notebook, --jobs 1':34}{wall1[False]:>10.3f}{wall1[True]:>12.3f}{wall1[False] / wall1[True]:>8.2f}"
-    )
     cpu = {p: min(r.cpu for r in runs) / n for p, runs in par.items()}
-    print(
-        f"{f'CPU s per notebook, --jobs {args.jobs}':34}{cpu[False]:>10.3f}{cpu[True]:>12.3f}{cpu[False] / cpu[True]:>8.2f}"
-    )
     own = {p: min(r.own for r in runs) / n for p, runs in par.items()}
-    print(f"{'  of which in the grader process':34}{own[False]:>10.3f}{own[True]:>12.3f}")
     cpu1 = {p: min(r.cpu for r in runs) / n for p, runs in one.items()}
-    print(f"{'CPU s per notebook, --jobs 1':34}{cpu1[False]:>10.3f}{cpu1[True]:>12.3f}{cpu1[False] / cpu1[True]:>8.2f}")
+    rows = [
+        (f"notebooks/s, --jobs {args.jobs}", rate, "{:.2f}", lambda d: d[True] / d[False]),
+        ("wall s per notebook, --jobs 1", wall1, "{:.3f}", lambda d: d[False] / d[True]),
+        (f"CPU s per notebook, --jobs {args.jobs}", cpu, "{:.3f}", lambda d: d[False] / d[True]),
+        ("  of which in the grader process", own, "{:.3f}", None),
+        ("CPU s per notebook, --jobs 1", cpu1, "{:.3f}", lambda d: d[False] / d[True]),
+    ]
+    print(f"{'':34}{'today':>10}{'pre-forked':>12}{'ratio':>8}")
+    for name, values, fmt, ratio in rows:
+        line = f"{name:34}{fmt.format(values[False]):>10}"
+        if True in values:
+            line += f"{fmt.format(values[True]):>12}" + (f"{ratio(values):>8.2f}" if ratio else "")
+        print(line)
     names = ", ".join(HOSTILE)
     print(f"hostile ({names}; cell timeout {args.cell_timeout:g} s), --jobs {args.jobs}:")
-    print(f"{'  wall s for the lot':34}{bad[False][0].wall:>10.2f}{bad[True][0].wall:>12.2f}")
-    print(f"{'  totals':34}{str(bad[False][0].totals):>10}  (same on both paths)")
+    walls = "".join(f"{bad[p][0].wall:>{w}.2f}" for p, w in zip(paths, (10, 12), strict=False))
+    print(f"{'  wall s for the lot':34}{walls}")
+    print(f"{'  totals':34}{str(bad[False][0].totals):>10}  (same on every path)")
+    if args.as_user:
+        print()
+        print(as_ordinary_user(args))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ the grader's process, so a hostile kernel can only ever return wrong data.
 from __future__ import annotations
 
 import ast
+import asyncio
 import builtins
 import ctypes
 import itertools
@@ -194,6 +195,18 @@ class StudentCallError(Exception):
         self.cell = cell  # for "error": the exercise cell id and line in it where it was raised, if known
         self.line = line
         super().__init__(f"{kind}: {function} {detail}".strip())
+
+
+async def _settle() -> None:
+    """End the tasks nbclient leaves behind when a cell times out or its kernel dies.
+
+    nbclient cancels its output poller only for some errors (not for a timeout, a
+    ``CellControlSignal``), so the poller would wait on the iopub channel until the loop is
+    destroyed, and asyncio would print "Task was destroyed but it is pending!" on the grader's stderr."""
+    left = [t for t in asyncio.all_tasks() if getattr(t.get_coro(), "__qualname__", "").startswith("NotebookClient.")]
+    for task in left:
+        task.cancel()
+    await asyncio.gather(*left, return_exceptions=True)
 
 
 @dataclass
@@ -671,15 +684,12 @@ class KernelSession:
             run = report.cells[index]
             try:
                 self.client.execute_cell(cell, index)
-            except CellTimeoutError:
-                run.status = "timeout"
-                self._dead = True  # an uninterrupted cell keeps the kernel busy: stop here
-                run.truncated = run.truncated or self._flooded()
-                break
-            except DeadKernelError:
-                run.status = "dead"
+            except (CellTimeoutError, DeadKernelError) as stop:
+                # An uninterrupted cell keeps the kernel busy, and a dead one answers nothing: stop here.
+                run.status = "timeout" if isinstance(stop, CellTimeoutError) else "dead"
                 self._dead = True
                 run.truncated = run.truncated or self._flooded()
+                run_sync(_settle)()
                 break
             errors = [o for o in cell.outputs if o.get("output_type") == "error"]
             run.status = "error" if errors else "ok"

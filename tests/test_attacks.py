@@ -225,6 +225,26 @@ def test_infinite_loop_times_out(grader):
     assert code_points(r) == 0 and "超时" in messages(r)
 
 
+def test_a_timed_out_cell_leaves_nothing_on_the_graders_stderr(tmp_path):
+    """Found here: after a cell timed out, nbclient's output poller was left pending, and asyncio
+    printed "Task was destroyed but it is pending!" with a stack when the grader exited."""
+    path = tmp_path / "loop.ipynb"
+    path.write_bytes(submission(COURSE, code=BLANK + "\nwhile True:\n    pass\n"))
+    script = (  # as `course grade` does it: grading threads, each with an event loop of its own
+        "import dataclasses, sys; from pathlib import Path\n"
+        "from grader.batch import grade_many, plan; from grader.course import load_course\n"
+        "c = load_course(Path(sys.argv[1]))\n"
+        "c = dataclasses.replace(c, limits=dataclasses.replace(c.limits, cell_timeout_s=1))\n"
+        "r = grade_many(c, plan(c, [Path(sys.argv[2])], None), jobs=1, sandbox=True, progress=False)\n"
+        "print(r[0]['total'])\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(REPO), str(path)], capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "6.0", proc.stdout + proc.stderr
+    assert "Task was destroyed" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
 def test_sleep_forever_times_out(grader):
     r = grade(grader, BLANK + "\nimport time\ntime.sleep(10**6)\n")
     assert code_points(r) == 0 and "超时" in messages(r)
