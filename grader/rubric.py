@@ -1,15 +1,16 @@
 """Score short answers by key points, and veto answers that assert a known misconception.
 
-Matching is on characters, not on segmented words (see docs/rubric.md for the reasons): the text
-is normalised (Traditional → Simplified, NFKC, lower case, invisible characters dropped) and cut
-into sentences and clauses; a pattern is a *head* (the predicate) plus groups that must occur in
-the same sentence. Negation is read off the head alone, by the parity of cue words in a short
-window before it (cut at clause boundaries and contrast words) plus post-verbal negators (解决不了).
-A sentence that is a question, a reported belief, a refuted claim or a hedge is not the student's
-own assertion: it earns no key point that needs an assertion, and it never fires a veto. Every veto
-match that is suppressed is recorded with why. Only visible prose is read (HTML comments, hidden
-elements and link targets are dropped), and a key point needs a sentence that states something: a
-bare list of terms, or a sentence copied from the question, earns none (docs/rubric.md).
+Terms are regular expressions over characters; cues are read as words (jieba). The text is
+normalised (Traditional → Simplified, NFKC, lower case, invisible characters dropped) and cut into
+sentences and clauses; a pattern is a *head* (the predicate) plus groups, or a claim that binds the
+predicate to its subject. Negation is read off the head alone: the parity of cue words at most a
+few words before it in its clause, plus negators after it (解决不了, …是不对的). A question, a
+reported belief, a refuted clause or the antecedent of a condition is not the student's own
+assertion (a condition's consequent is): it earns no key point that needs an assertion, and it
+never fires a veto. Every veto match that is suppressed is recorded with why. Only visible prose
+is read (HTML comments, hidden elements and link targets are dropped), and a key point needs a
+sentence that states something: a bare list of terms, or a sentence copied from the question, earns
+none (docs/rubric.md).
 
 Student text is hostile: it is only ever matched against regular expressions, never executed; it
 is cut at ``MAX_ANSWER_CHARS`` and every pass over it is bounded (matches per sentence, regions per
@@ -179,7 +180,7 @@ _FALSE_CUES = [
 ]
 _POST_NEG = re.compile(r"^(?:不了|不下|不到|不动|不成|不起|不开|不完)")
 _A_NOT_A = re.compile(r"([\u4e00-\u9fff])[不没]\1")
-_TERMINATORS = re.compile(r"但是|但|然而|而是|可是|却|所以|因此|因为|由于|否则|的时候|时候|时|but")
+_TERMINATORS = re.compile(r"但是|但|然而|而是|可是|却|所以|因此|因为|由于|否则|的时候|时候|时|—+|but")
 _CAUSAL = frozenset({"所以", "因此", "因为", "由于"})  # terminators that a negation right before them reaches across
 _QUESTION_END = re.compile(r"(?:吗|么|呢)\s*[?？]?\s*$|[?？]\s*$")
 _QUESTION_CUES = re.compile(r"是否|难道|whether")
@@ -218,13 +219,21 @@ _REFUTATION_START = re.compile(
     r"^(?:但|但是|然而|可是|其实)?(?:这|此|该|这种|这个|这一|这样的?)(?:说法|观点|理解|看法|想法)?(?:是|属于|并)?(?:一种|一个)?(?:完全)?(?:错误|错|误解|误区|不对|不正确|不成立)"
     r"|^(?:其实不然|并非如此|事实并非如此|不对|错)|^(?:但|但是|然而|可是)?(?:其实|实际上|事实上)(?:并)?(?:不会|不是|不对|不然|没有|不成立)"
 )
-# A condition makes a sentence hypothetical: it earns key points but fires no veto. A mere softener
+# A condition makes its antecedent hypothetical: it earns key points but fires no veto. A mere softener
 # (可能, 好像, 大概) does not withdraw the claim: the veto fires and is flagged for review (``_review``).
-_HEDGES = re.compile(r"如果|假如|假设|若|要是|万一|倘若|if\b")
+_HEDGES = re.compile(r"如果|假如|假设|若|要是|万一|倘若|(?<![a-z])(?:if|when)\b")
 _HEDGE_FALSE = ["不可能", "尽可能", "若干"]
 _SENTENCE_END = re.compile(r"[。!?;\n]+|\.(?=\s|$)")
 _CLAUSE_END = re.compile(r"[,:，：]")
-NEG_WINDOW = 16
+# Negation reaches NEG_WORDS words back from the predicate, inside its clause: words, not characters,
+# so that long terms (LayerNorm, all-reduce, gradient accumulation) do not push the cue out. The
+# window is also capped at NEG_CHARS characters, which bounds the work per predicate.
+NEG_WORDS = 8
+NEG_CHARS = 64
+NEG_CHAIN = 1  # words that may stand between two cues that negate together (不是不能)
+# 不能说 / 不是说 / 不等于说 negate a whole statement: they reach a second cue anywhere in the window
+# (不能说 TP 不省参数显存 says TP does save it).
+_SAYING = re.compile(r"说|认为|代表|意味着|等于说")
 STATUSES = ("question", "reported", "refuted", "hedged")
 
 
@@ -274,7 +283,7 @@ class Sentence:
     regions: tuple[tuple[int, int, str], ...]  # (start, end, status) sub-spans with their own status
     raw: str = ""  # the student's text of this sentence, unstripped and unsanitised
     origin: tuple[int, ...] = ()  # origin[k]: index in ``raw`` of the character behind text[k]
-    answered: str | None = None  # a question the student answers: "positive" or "negative"
+    answered: str | None = None  # a question the student answers: positive, negative, agree (as worded), flip
 
 
 @functools.cache
@@ -514,10 +523,14 @@ def split_sentences(original: str) -> list[Sentence]:
     return sentences
 
 
-# A short reply right after a question: 当然能。/ 不能，因为… / 是的。
+# A short reply right after a question: 当然能。/ 不能，因为… / 是的。/ 对，不能。/ 不对，能。
+# It may open with agreement (对, 是的) or disagreement (不对) with the question as worded, and may
+# echo the verb (能 / 不能), which says the polarity outright.
 _REPLY = re.compile(
-    r"^(?:答[:：]?\s*)?(?:当然|肯定|显然|确实|其实|实际上|事实上|答案是)?\s*(?:也)?"
-    r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|不对|没有|未必|不一定|不见得|不一样|否|不)|(?P<yes>能|可以|会|是的|是|对|没错|行|需要|要|有|一样|当然|yes))"
+    r"^(?:答[:：]?\s*)?(?:(?:当然|肯定|显然|确实|其实|实际上|事实上|答案是)\s*(?:也)?\s*(?=[^\s,，。;；!?]))?"
+    r"(?:(?P<agree>是的|对的|对啊|没错|对|嗯|当然|yes|right)|(?P<disagree>不对|错了|错|no|wrong))?"
+    r"\s*[,:，：]?\s*(?:当然|肯定|确实|其实)?\s*(?:也)?\s*"
+    r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|没有|未必|不一定|不见得|不一样|否|不)|(?P<yes>能|可以|会|是|行|需要|要|有|一样))?"
     r"\s*(?:的|啊|呀)?\s*(?=[,:;。!?，：；]|$)"
 )
 _RHETORICAL = re.compile(r"难道|岂不|何尝|不就|不也|不是[^,:;，：；]*[吗么]")
@@ -539,14 +552,28 @@ def _answered(text: str, next_text: str) -> str | None:
 
     A question answered in the next sentence (DP 能降低显存吗？当然能。) asserts the predicate with the
     answer's polarity, whatever negation the question itself holds (难道…不能…吗？能。). A rhetorical
-    question left unanswered (难道 DP 不能降低显存吗？) asserts the opposite of its wording: "flip".
+    question left unanswered (难道 DP 不能降低显存吗？) asserts the opposite of its wording: "flip". A
+    bare 对 / 不对 judges the wording: "agree" (read each predicate as worded) or "flip".
     """
     reply = _REPLY.match(next_text)
-    if reply:
+    rhetorical = bool(_RHETORICAL.search(text))
+    if reply and (reply.group("no") or reply.group("yes")):
         return "negative" if reply.group("no") else "positive"
-    if _RHETORICAL.search(text):
+    if reply and (reply.group("agree") or reply.group("disagree")):
+        # 对 / 不对 judge a plain question as worded: "DP 不能降低显存吗？对。" agrees that it cannot. A
+        # rhetorical question (难道不是…吗？是的。) is agreed with as a claim of what it implies: yes.
+        if rhetorical or not _asks_negatively(text):
+            return "positive" if reply.group("agree") else "negative"
+        return "agree" if reply.group("agree") else "flip"
+    if rhetorical:
         return "flip"
     return None
+
+
+def _asks_negatively(text: str) -> bool:
+    """Does the question hold a negation (DP 不能降低显存吗)? Its A-not-A form (能不能) is no negation."""
+    masked = _mask(_A_NOT_A.sub(lambda m: "＿" * 3, _mask(text, _FALSE_CUES)), _FALSE_CUES)
+    return any(_negates(m, text) for m in _CUE_RE.finditer(masked))
 
 
 def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str], ...]]:
@@ -581,21 +608,64 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
         return "refuted", ()
     for r in refutations:
         k = bisect_right(contrast_ends, r)  # the last contrast word that ends before the refutation
-        regions.append((contrast_ends[k - 1] if k else 0, r, "refuted"))
+        regions.append((_refuted_start(text, r, contrast_ends[k - 1] if k else 0), r, "refuted"))
     masked = _mask(text, _HEDGE_FALSE)
     condition = next((m for m in _HEDGES.finditer(masked) if _whole(m, text) and _conditional(m, masked)), None)
-    if condition is not None:
-        contrast = _CONTRAST_AFTER_CONDITION.search(text, condition.end())
-        if not text[: condition.start()].strip(" ,:，：") and contrast is None:
-            return "hedged", tuple(regions)
-        # A condition later in the sentence makes only what follows it hypothetical.
-        end = next((m.start() for m in _CONTRAST_AFTER_CONDITION.finditer(text, condition.end())), len(text))
-        regions.append((condition.start(), end, "hedged"))
-    return "asserted", tuple(regions)
+    if condition is None:
+        return "asserted", tuple(regions)
+    # Only the antecedent is hypothetical: the consequent (如果把 pp 加到 16，激活就能降到一半) is the
+    # student's own claim. A sentence that opens with the condition keeps "hedged" as its status, and
+    # its consequent is an asserted region; a condition later in the sentence hedges only its antecedent.
+    antecedent = _antecedent_end(text, condition.end())
+    if text[: condition.start()].strip(" ,:，："):
+        regions.append((condition.start(), antecedent, "hedged"))
+        return "asserted", tuple(regions)
+    if antecedent < len(text):
+        regions.append((antecedent, len(text), "asserted"))
+    return "hedged", tuple(regions)
 
 
-# A contrast after a condition (如果…，可以…，不过 X) ends what the condition makes hypothetical.
-_CONTRAST_AFTER_CONDITION = re.compile(r"不过|但是|但|然而|可是")
+# Where a condition's antecedent ends: at the next clause boundary, or at a word that opens the
+# consequent inside the clause (要是 DP 能省显存就好了, if the batch fits then ...).
+_CONSEQUENT = re.compile(r"[,:，：]|就|则|那么|那|便|(?<![a-z])then(?![a-z])")
+
+
+def _antecedent_end(text: str, pos: int) -> int:
+    """The end of the antecedent of a condition whose cue ends at ``pos``: a clause boundary or a
+    consequent word (就, 那么, then) read as a whole word (the 那 of 那个 opens nothing)."""
+    for m in _CONSEQUENT.finditer(text, pos):
+        if m.group() in ",:，：" or _whole(m, text):
+            return m.start()
+    return len(text)
+
+
+# Clauses that go on with the statement before them (…，因为…，这是错的 refutes both clauses).
+_CONTINUES = re.compile(r"\s*(?:因为|所以|因此|而且|并且|从而|由于|于是|也|并|还|so|because|since|and)(?![a-z])")
+# What may stand before a refutation that points back to the clause before it (，但这是误解 / , which is wrong).
+_POINTS_BACK = re.compile(r"[\s,:，：]*(?:但是|但|其实|而且|并且|所以|因此|which|that|this|and)?\s*")
+_NAMES_A_CLAIM = re.compile(r"(?:说法|观点|看法|想法|理解|结论|印象)[\"'”’」』)]?\s*[,:，：]\s*$")
+MAX_REFUTED_CLAUSES = 4  # clauses one refutation may reach back over: bounds the walk
+
+
+def _refuted_start(text: str, r: int, floor: int) -> int:
+    """Where the claim refuted at ``r`` starts (never before ``floor``, the last contrast word).
+
+    "X 是错的" refutes its own clause; "…，这是误解" opens a clause of its own and points back to the
+    clause before it, together with the clauses that clause continues (…，因为…，这是错的). Earlier
+    clauses stay the student's: in "ZeRO-1 切分优化器状态，DP 能省显存是错的" only the second is refuted.
+    """
+    lo = _clause(text, r)[0]
+    if lo <= floor:
+        return floor
+    if not _POINTS_BACK.fullmatch(text, lo, r):
+        # "…的说法，至少对静态显存来说是错的": the claim judged is named in the clause before.
+        before = _clause(text, lo - 1)[0]
+        return max(before if _NAMES_A_CLAIM.search(text, before, lo) else lo, floor)
+    for _ in range(MAX_REFUTED_CLAUSES):
+        lo = _clause(text, max(0, lo - 1))[0]
+        if lo <= floor or not _CONTINUES.match(text, lo):
+            break
+    return max(lo, floor)
 
 
 def _conditional(m: re.Match[str], text: str) -> bool:
@@ -620,31 +690,90 @@ def _clause(text: str, pos: int) -> tuple[int, int]:
 
 
 def negated(text: str, start: int, end: int, masks: tuple[tuple[int, int], ...] = ()) -> bool:
-    """Is the word at text[start:end] negated? Parity of cues before it, within its clause.
+    """Is the word at text[start:end] negated? Parity of cues before it, within its clause, plus a
+    negator right after it (解决不了) or closing its clause (…是不对的, … is not needed).
 
     ``masks`` are spans of other terms of the same pattern: a cue inside a named term (the 没 of
-    梯度还没算出) belongs to that term and does not negate the head. Only the ``NEG_WINDOW``
-    characters before the head are read, so a call costs the same whatever the sentence's length.
+    梯度还没算出) belongs to that term and does not negate the head, and a term counts as one word.
+    A cue counts when at most ``NEG_WORDS`` words stand between it and the head; only the
+    ``NEG_CHARS`` characters before the head are read, so a call costs the same whatever the
+    sentence's length.
     """
-    lo = max(0, start - NEG_WINDOW)
+    lo = _negation_start(text, start, masks)
     chars = list(text[lo:start])
     for a, b in masks:
         if lo < b <= start:
             for k in range(max(a, lo), b):
                 chars[k - lo] = "＿"
-    window = "".join(chars)
-    cuts = list(_CLAUSE_END.finditer(window))
-    if cuts:
-        lo += cuts[-1].end()
-        window = window[cuts[-1].end() :]
-    scope = _scope_start(window)
-    lo += scope
-    window = window[scope:]
-    window = _mask(_A_NOT_A.sub(lambda m: "＿" * 3, _mask(window, _FALSE_CUES)), _FALSE_CUES)
-    count = sum(1 for m in _CUE_RE.finditer(window) if _negates(m, text, lo))
+    window = _mask(_A_NOT_A.sub(lambda m: "＿" * 3, _mask("".join(chars), _FALSE_CUES)), _FALSE_CUES)
+    count, reach = 0, start
+    for m in reversed([m for m in _CUE_RE.finditer(window) if _negates(m, text, lo)]):
+        # The nearest cue within NEG_WORDS words negates the head; a cue before it counts only when it
+        # stands right against it (不是不能), else it negates a predicate of its own (不能 X（没法 Y）).
+        chain = NEG_WORDS if reach == start or _SAYING.match(text, lo + m.end()) else NEG_CHAIN
+        if _words_between(text, lo + m.end(), reach, masks) > chain:
+            break
+        count, reach = count + 1, lo + m.start()
     if _POST_NEG.match(text[end : end + 3]):
         count += 1
+    clause_end = _CLAUSE_END.search(text, end)
+    if _TAIL_NEG.match(text, end, clause_end.start() if clause_end else len(text)):
+        count += 1
     return count % 2 == 1
+
+
+def _negation_start(text: str, start: int, masks: tuple[tuple[int, int], ...] = ()) -> int:
+    """Where the negation scope of the head at ``start`` begins: its clause, cut at terminators
+    (但, 所以, 时...), never more than ``NEG_CHARS`` characters back."""
+    lo = max(0, start - NEG_CHARS)
+    cuts = list(_CLAUSE_END.finditer(text, lo, start))
+    if cuts:
+        lo = cuts[-1].end()
+    window = list(text[lo:start])
+    for a, b in masks:  # a terminator inside a named term (所以 in a formula's words) cuts nothing
+        for k in range(max(a, lo), min(b, start)):
+            window[k - lo] = "＿"
+    return lo + _scope_start("".join(window))
+
+
+@functools.lru_cache(maxsize=4096)
+def _sorted_bounds(text: str) -> tuple[int, ...]:
+    return tuple(sorted(word_bounds(text)))
+
+
+def _words_between(text: str, a: int, b: int, masks: tuple[tuple[int, int], ...] = ()) -> int:
+    """How many words stand in text[a:b]: jieba tokens holding a letter, digit or Han character.
+
+    A term of the pattern (``masks``) counts as one word, and so does a hyphenated or underscored
+    compound (all-reduce, no_sync), so that the distance does not depend on how long a name is.
+    """
+    bounds = _sorted_bounds(text)
+    lo, hi = bisect_left(bounds, a), bisect_right(bounds, b)
+    cuts = [a, *bounds[lo:hi], b]
+    words = 0
+    for x, y in zip(cuts, cuts[1:]):
+        if y <= x or not _WORDISH.search(text, x, y):
+            continue
+        if x > a and text[x - 1] in "-_" and x - 1 > a:
+            continue  # the second half of all-reduce / no_sync
+        if any(m0 < x < m1 for m0, m1 in masks):
+            continue  # inside a named term, which counted once where it starts
+        words += 1
+    return words
+
+
+_WORDISH = re.compile(r"[0-9a-z\u3400-\u9fff]")
+# A negator that closes the predicate's clause: DP 能降低显存是不对的 / 这种说法不成立 / … is not needed.
+_TAIL_NEG = re.compile(
+    r"[^,:;，：；。!?]*?(?:"
+    r"(?:是|就是|其实是|显然是|肯定是|也是)(?:完全|根本|绝对)?"
+    r"(?:不对|错误|错|不行|不需要|不必要|没必要|不可能|不正确|不成立|不准确)的"
+    r"|(?:这种|这个|这一|这样的?|的)?(?:说法|观点|想法|结论|理解)(?:是|其实|并|完全|根本)*(?:不对|错误|错|不成立|不正确)的?"
+    r"|(?:是)?不成立的?"
+    r"|(?<![a-z])(?:is|are)\s+(?:not\s+(?:needed|necessary|required|true|correct|right|the\s+case)"
+    r"|wrong|false|incorrect|unnecessary|untrue|a\s+myth)(?![a-z])"
+    r")\s*(?:的|了)?\s*(?=$|[,:;，：；。!?\n]|因为|所以|because|since)"
+)
 
 
 def _scope_start(window: str) -> int:
@@ -726,6 +855,7 @@ class Rubric:
     vetoes: list[Veto]
     prose_exceptions: list[ProseException] = field(default_factory=list)
     terms: tuple[re.Pattern[str], ...] = ()  # every term the rubric knows: what a keyword list is made of
+    subjects: tuple[re.Pattern[str], ...] = ()  # veto subjects and unless terms: who else a clause may be about
 
     def vetoes_for(self, question: str) -> list[Veto]:
         return [v for v in self.vetoes if question in v.questions]
@@ -1035,7 +1165,19 @@ def load_rubric(path: Path, display: str) -> Rubric:
             )
         )
     exceptions = _prose_exceptions(data.get("prose_exceptions"), {v.id for v in vetoes}, ld)
-    return Rubric(display, key_points, vetoes, exceptions, _terms(ld, key_points, vetoes))
+    return Rubric(display, key_points, vetoes, exceptions, _terms(ld, key_points, vetoes), _subjects(vetoes))
+
+
+def _subjects(vetoes: list[Veto]) -> tuple[re.Pattern[str], ...]:
+    """What a clause may name as its own subject: every veto claim's subject and every ``unless`` term.
+
+    A clause that opens with one of these that is a technique's name does not borrow the topic of an
+    earlier clause (DP 的显存不变，ZeRO-3 把显存降到 1/N; see ``_names_own_subject``). Key points'
+    subjects are left out: they name parts (每张卡, 副本) that stand inside a claim about the topic.
+    """
+    found = {rx for v in vetoes for p in v.patterns for rx in (p.subject, *p.unless) if rx is not None}
+    found |= set(v for veto in vetoes for v in veto.unless)
+    return tuple(sorted(found, key=lambda rx: rx.pattern))
 
 
 def _terms(ld: _Loader, key_points: dict[str, list[KeyPoint]], vetoes: list[Veto]) -> tuple[re.Pattern[str], ...]:
@@ -1093,11 +1235,13 @@ class _Answer:
         sentences: list[Sentence],
         terms: tuple[re.Pattern[str], ...] = (),
         grams: frozenset[str] = frozenset(),
+        subjects: tuple[re.Pattern[str], ...] = (),
     ) -> None:
         self.sentences = sentences
         self._hits: dict[tuple[int, re.Pattern[str]], list[Span]] = {}
         self._terms = terms
         self._grams = grams
+        self.subjects = subjects
         self._barred: dict[int, str | None] = {}
         self._bare: dict[int, int | None] = {}
         self.skipped: set[str] = set()
@@ -1234,6 +1378,8 @@ def _match(
                 earlier = [sp for sp in subjects if sp[1] <= lo]
                 if not earlier and not subject_before:
                     continue
+                if _names_own_subject(p, answer, i, lo, h0, masks):
+                    continue  # this clause is about someone else: it does not borrow the topic
                 topic = True
                 if earlier:
                     lo = _clause(s.text, earlier[-1][0])[0]
@@ -1247,7 +1393,7 @@ def _match(
         if status not in allowed:
             why = why or status
             continue
-        window = masks[bisect_right(mask_ends, h0 - NEG_WINDOW) : bisect_right(mask_ends, h0)]
+        window = masks[bisect_right(mask_ends, h0 - NEG_CHARS) : bisect_right(mask_ends, h0)]
         is_neg = _polarity_negative(s, h0, h1, tuple(window))
         if is_neg != (p.polarity == "negative"):
             why = why or ("negated" if is_neg else "affirmed")
@@ -1256,10 +1402,52 @@ def _match(
     return None, why
 
 
+# A clause names its own subject when it opens (after a connective) with the name of a technique and
+# a verb or 的 follows: "ZeRO-3 把显存降到 1/N", "TP 的显存会降低", "张量并行会…". A name is a Latin
+# word that the rubric lists as a veto subject or ``unless`` term, or a Chinese …并行. A clause that
+# opens with a quantity or a modifier (每个 token 要做的计算就越多) keeps the topic of the sentence.
+_OPENER = re.compile(r"\s*(?:(?:而且|而|但是|但|并且|不过|and|but|while|whereas)(?![a-z])\s*)?")
+_NAME_TAIL = re.compile(r"[a-z0-9_.+-]*")  # the rest of a name the rubric term starts (zero → zero-3)
+_TECHNIQUE = re.compile(r"[a-z][a-z0-9_.+-]*|[\u4e00-\u9fff]{1,5}并行")
+_SUBJECT_MARKER = re.compile(
+    r"\s*(?:把|被|将|会|能|可以|则|就|也|让|使|只|才|需要|要|的"
+    r"|(?:is|are|can|will|does|do|reduces?|keeps?|needs?|cuts?|saves?)(?![a-z]))"
+)
+
+
+def _name_end(text: str, b: int, h0: int) -> int:
+    """Where the name a rubric term starts at ends (the term zero names zero-3), before ``h0``."""
+    m = _NAME_TAIL.match(text, b, h0)
+    return m.end() if m else b
+
+
+def _names_own_subject(p: Pattern, answer: _Answer, i: int, lo: int, h0: int, own: list[Span]) -> bool:
+    """Does the clause text[lo:h0] open with a technique of its own, other than the claim's subject?
+
+    Then it does not borrow the topic of an earlier clause (DP 的显存不变，ZeRO-3 把显存降到 1/N). A
+    name that is (part of) the claim's own subject or object (``own``) is no competitor.
+    """
+    text = answer.sentences[i].text
+    at = _OPENER.match(text, lo, h0)
+    pos = at.end() if at else lo
+    names = [sp for rx in answer.subjects if (sp := _within(answer.hits(i, rx), pos, h0)) and sp[0] == pos]
+    if (m := _TECHNIQUE.match(text, pos, h0)) and m.group().endswith("并行"):
+        names.append(m.span())
+    names = [(a, _name_end(text, b, h0)) for a, b in names]
+    return any(
+        _TECHNIQUE.fullmatch(text, a, b)
+        and _SUBJECT_MARKER.match(text, b, h0)
+        and not any(x < b and a < y for x, y in own)
+        and not (p.subject and p.subject.fullmatch(text, a, b))
+        for a, b in names
+    )
+
+
 def _polarity_negative(s: Sentence, h0: int, h1: int, masks: tuple[Span, ...] = ()) -> bool:
     """Is the head at s.text[h0:h1] said in the negative? An answered question takes its answer's polarity."""
     if s.answered in ("positive", "negative"):
         return s.answered == "negative"
+    # "agree": as worded (对，… to a negative question); "flip": the opposite of the wording.
     neg = negated(s.text, h0, h1, masks)
     return not neg if s.answered == "flip" else neg
 
@@ -1390,7 +1578,7 @@ def score_answer(rubric: Rubric, question: str, text: str, question_text: str | 
         text = text[:MAX_ANSWER_CHARS]
         notes.append(NOTE_TRUNCATED.format(limit=MAX_ANSWER_CHARS))
     grams = _grams(question_text) if question_text else frozenset()
-    answer = _Answer(split_sentences(text), rubric.terms, grams)
+    answer = _Answer(split_sentences(text), rubric.terms, grams, rubric.subjects)
     if not any(_HAN.search(s.text) for s in answer.sentences):
         notes.append(NOTE_NO_CHINESE)
     fired: list[tuple[Veto, Evidence]] = []
@@ -1491,12 +1679,45 @@ def _unless(veto: Veto, p: Pattern, answer: _Answer, i: int, hit: _Hit) -> Span 
     something else (a neighbouring technique, another quantity). Elsewhere in the sentence it does not count."""
     s = answer.sentences[i]
     own = _status_at(s, hit.head[0])
+    lo = _frame_start(s.text, hit.lo)
     for u in veto.unless + p.unless:
         for a, b in answer.hits(i, u):
-            # A term inside someone else's reported words says nothing about the student's own claim.
-            if hit.lo <= a and b <= hit.hi and _status_at(s, a) == own:
-                return a, b
+            # A term inside someone else's reported words says nothing about the student's own claim;
+            # one in a condition before the claim (如果用了 ZeRO，…) sets the scope of its consequent.
+            status = _status_at(s, a)
+            if (lo <= a and b <= hit.hi and status in (own, "hedged")) or (status == "hedged" and b <= hit.head[0]):
+                return a, b  # in the claim's clauses, a framing clause, or a condition the claim depends on
     return None
+
+
+# A framing clause sets the scope of the claim after it: it ends in 时/的话/下/里/中/之后 (在 ZeRO-3
+# 下，…; 带 BatchNorm 的网络里，…), opens with a condition (如果/要是/一旦/if/when/with/under) or with a
+# short "…的话" (不同步的话有的 rank 跳过，…). A clause that opens with 在/用 but goes on to say
+# something of its own (在 no_sync 里各卡的梯度不一致) is a statement, not a frame.
+_FRAME_END = re.compile(
+    r"(?:时|时候|的话|情况下|前提下|场景下|条件下|下|里|中|之后|以后|之前|后|来说|而言|为例)\s*[,:，：]\s*$"
+)
+_FRAME_OPEN = re.compile(
+    r"\s*(?:但是|但|而|不过|可是|可)?\s*(?:如果|假如|假设|若|要是|倘若|只要|一旦|[^,:，：]{1,12}?的话"
+    r"|(?:with|under|in|when|if|for|using|once)(?![a-z]))"
+)
+MAX_FRAMES = 3  # framing clauses one claim may reach back over: bounds the walk
+
+
+def _frame_start(text: str, lo: int) -> int:
+    """The start of the leading framing clauses right before the claim's clauses (which start at ``lo``).
+
+    A veto's ``unless`` terms found there count for the claim: "在 ZeRO-3 下，DP 的显存降到 1/N" is
+    about ZeRO-3, though the claim's own clause does not name it.
+    """
+    for _ in range(MAX_FRAMES):
+        if lo == 0:
+            break
+        start = _clause(text, lo - 1)[0]
+        if not (_FRAME_END.search(text, start, lo) or _FRAME_OPEN.match(text, start, lo)):
+            break
+        lo = start
+    return lo
 
 
 # Words that soften a claim without withdrawing it: a fired veto near one of them is flagged for review.
@@ -1514,14 +1735,23 @@ def _review(veto: Veto, answer: _Answer, i: int, hit: _Hit) -> tuple[str, ...]:
         reasons.append("subject taken from an earlier clause")
     if m := next((m for m in _SOFTENERS.finditer(_mask(s.text, _HEDGE_FALSE), hit.lo, hit.hi)), None):
         reasons.append(f"softened: {m.group()}")
-    before = _mask(s.text[: max(0, hit.head[0] - NEG_WINDOW)], _FALSE_CUES)
-    if any(_negates(m, s.text) for m in _CUE_RE.finditer(before)):
+    if _far_negation(s.text, hit.head[0]):
         reasons.append("a negation earlier in the sentence")
     for u in veto.unless:
         if spans := answer.hits(i, u):
             reasons.append(f"competing term outside the claim: {s.text[spans[0][0] : spans[0][1]]}")
             break
     return tuple(reasons)
+
+
+def _far_negation(text: str, start: int) -> bool:
+    """Is there a negation cue before the head at ``start`` that its negation window does not reach?"""
+    head_lo = _negation_start(text, start)
+    window = _mask(text[:start], _FALSE_CUES)
+    return any(
+        _negates(m, text) and (m.start() < head_lo or _words_between(text, m.end(), start) > NEG_WORDS)
+        for m in _CUE_RE.finditer(window)
+    )
 
 
 def _veto_matches(veto: Veto, answer: _Answer) -> Iterator[tuple[int, Evidence, str | None]]:
@@ -1555,7 +1785,7 @@ def veto_firings(rubric: Rubric, question: str, text: str) -> list[tuple[Veto, i
     a whole paragraph of lesson prose needs all of them. Sentence indices are those of
     ``split_sentences(text)``. The text is read in full (author text, not a submission).
     """
-    answer = _Answer(split_sentences(text))
+    answer = _Answer(split_sentences(text), subjects=rubric.subjects)
     out: list[tuple[Veto, int, Evidence]] = []
     for veto in rubric.vetoes_for(question):
         seen: set[int] = set()

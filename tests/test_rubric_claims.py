@@ -284,3 +284,105 @@ def test_every_dodge_fires_the_lesson4_memory_veto(lesson04: Rubric, text: str) 
 )
 def test_the_same_words_refuted_do_not_fire_the_lesson4_memory_veto(lesson04: Rubric, text: str) -> None:
     assert score_answer(lesson04, "q3", text).vetoes == []
+
+
+# --- round 4: conditions, framing clauses, competing subjects, negation, refutation scope ------
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("如果换成数据并行，每张卡的显存就会减少。", True),  # the consequent is the student's claim
+        ("假如卡数翻倍，DP 就能把每卡显存降低一半。", True),
+        ("if we add more GPUs then DP 能降低每卡显存。", True),
+        ("如果 DP 能降低每卡显存，那就用不着 ZeRO 了。", False),  # only the antecedent says it
+        ("要是数据并行真能省显存就好了。", False),
+    ],
+)
+def test_a_condition_suspends_its_antecedent_and_asserts_its_consequent(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "在 ZeRO 下，DP 的每卡显存会降低。",
+        "开了 FSDP 的时候，数据并行能减少每卡显存。",
+        "如果叠加张量并行，DP 每卡的显存就会变少。",  # a condition frames its consequent too
+        "激活重计算的话，DP 每卡显存能降低。",
+    ],
+)
+def test_unless_terms_in_a_leading_framing_clause_count_for_the_claim(rubric: Rubric, text: str) -> None:
+    result = score_answer(rubric, "q1", text)
+    assert result.vetoes == []
+    assert [why for v, _, why in result.suppressed if v.id == "dp-cuts-memory"][0].startswith("unless:")
+
+
+def test_a_framing_clause_must_frame_not_state(rubric: Rubric) -> None:
+    """A clause that goes on to say something of its own does not set the next claim's scope."""
+    assert "dp-cuts-memory" in vetoes(rubric, "ZeRO 是另一种方案，DP 能降低每卡显存。")
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("DP 的显存不变，ZeRO-3 把每卡显存降到 1/N。", False),  # ZeRO-3 is this clause's subject
+        ("DP 每卡存一整份，FSDP 的每卡显存会减少。", False),  # a name and 的 open the clause
+        ("DP 每卡存一整份，而张量并行会降低每卡显存。", False),
+        ("数据并行的话，每张卡上的显存会降低。", True),  # a quantity, no subject of its own: the topic holds
+    ],
+)
+def test_a_clause_with_a_subject_of_its_own_does_not_borrow_the_topic(rubric: Rubric, text: str, fires: bool) -> None:
+    result = score_answer(rubric, "q1", text)
+    matched = {v.id for v, _ in result.vetoes} | {v.id for v, _, _ in result.suppressed}
+    assert ("dp-cuts-memory" in matched) is fires  # no claim at all, not a claim cancelled by 'unless'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "DP 能降低每张卡的显存是不对的。",
+        "说 DP 会减少每卡显存是错误的，每张卡都是完整副本。",
+        "DP 可以节省每卡显存是不可能的。",
+        "DP 会把每卡显存降到 1/N 这种说法不成立。",
+        "that DP 降低每卡显存 is wrong",
+    ],
+)
+def test_a_negator_after_the_predicate_negates_it(rubric: Rubric, text: str) -> None:
+    assert vetoes(rubric, text) == set()
+
+
+def test_a_negator_after_the_predicate_stays_in_its_clause(rubric: Rubric) -> None:
+    assert "dp-cuts-memory" in vetoes(rubric, "DP 能降低每卡显存，TP 的说法不成立。")
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("DP 不能降低每卡显存吗？对，不能。", False),
+        ("数据并行不会减少每卡显存吗？对，不会，每张卡存的都一样。", False),
+        ("DP 不能降低每卡显存吗？是的。", False),  # agrees with the question as worded
+        ("DP 不能降低每卡显存吗？不对，能。", True),
+        ("DP 不能降低每卡显存吗？不对。", True),  # disagrees: it can
+        ("DP 能降低每卡显存吗？对。", True),
+    ],
+)
+def test_answering_a_negative_question_agrees_with_its_wording(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("每个副本都保存完整的状态，DP 能降低每卡显存是错的。", False),
+        ("每个副本都保存完整的状态，DP 能降低每卡显存，这是误解。", False),
+        ("DP 能降低每卡显存，因为梯度被平均了，这是错误的。", False),  # points back over a 因为 clause
+        ("DP 能降低每卡显存，TP 需要 all-reduce 是错的。", True),  # refutes the second clause only
+        ("TP 需要 all-reduce，这是对的，但 DP 降低每卡显存是错的。", False),
+    ],
+)
+def test_a_refutation_reaches_back_to_the_clause_it_points_to(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+def test_a_refuted_clause_leaves_the_earlier_key_point_standing(rubric: Rubric) -> None:
+    result = score_answer(rubric, "q1", "每个副本都保存完整的参数，DP 能降低每卡显存是错的。")
+    assert result.vetoes == [] and "full-copy" in {k.id for k, _ in result.found}
