@@ -1,13 +1,13 @@
 """Throughput of the distributed engine with 1, 2 and 3 worker processes on this machine.
 
 Starts redis-server and a throwaway PostgreSQL cluster on 127.0.0.1 (``grader.service.localcluster``,
-the same code the tests use), then for each worker count: a fresh database, the dispatcher and N
-``course worker`` processes (sandbox on), a warm-up of one submission per worker, then a batch of
+the same code the tests use), then for each worker count: a fresh database, ``course serve --engine
+celery`` (the web app and the dispatcher) and N ``course worker`` processes (sandbox on), a warm-up of one submission per worker, then a batch of
 lesson-4 submissions (the sample class's six notebooks in turn: reference, untouched, wrong
 function, syntax error, vetoed answer, partial answers) committed at once. It times the batch from
 the commit of the first submission to the last result, and checks that each was graded once.
 
-    .venv/bin/python bench/service_workers.py [--submissions 120] [--workers 1,2,3]
+    .venv/bin/python bench/service_workers.py [--submissions 120] [--workers 1,2,3] [--prefork]
 
 Prints notebooks per second per worker count and the scaling efficiency
 (throughput(N) / (N * throughput(1))), with the load average, since the machine may be shared.
@@ -67,6 +67,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--submissions", type=int, default=120)
     p.add_argument("--workers", default="1,2,3", help="comma-separated worker counts")
+    p.add_argument("--prefork", action="store_true", help="course worker --prefork: kernels forked from a zygote")
     args = p.parse_args()
     counts = [int(n) for n in args.workers.split(",")]
     redis_binary, pg_bindir = find_redis_server(), find_pg_bindir()
@@ -79,9 +80,10 @@ def main() -> None:
             engine = make_engine(url)
             migrate(engine)
             factory = session_factory(engine)
-            with tempfile.TemporaryDirectory(prefix="course-bench-") as logs:
-                cluster = Cluster(ROOT, url, redis_server.url, Path(logs), lease_s=30)
-                cluster.start_dispatcher()
+            with tempfile.TemporaryDirectory(prefix="course-bench-") as folder:
+                (Path(folder) / "logs").mkdir()
+                cluster = Cluster(ROOT, url, redis_server.url, Path(folder) / "logs", lease_s=30, prefork=args.prefork)
+                cluster.start_web(Path(folder) / "data")  # course serve --engine celery: the dispatcher
                 for i in range(n):
                     cluster.start_worker(f"b{i + 1}")
                 try:

@@ -7,10 +7,12 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from .errors import CourseError
+from .service.settings import ENGINES
 
 
 def _course(args: argparse.Namespace):
@@ -215,20 +217,50 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _settings(args: argparse.Namespace, workers: int = 2, **extra: object):
-    """The service's settings from ``--data`` (else ``$COURSE_DATA``, else ``./.course-data``)."""
-    from .service.settings import Settings, data_dir
+    """The service's settings from ``--data`` (else ``$COURSE_DATA``, else ``./.course-data``) and
+    ``--db`` (else ``$COURSE_DATABASE_URL``, else SQLite in the data folder)."""
+    from .service.settings import DATABASE_ENV, Settings, data_dir
 
-    return Settings(data=data_dir(args.data), course_root=Path(args.root).resolve(), workers=workers, **extra)  # type: ignore[arg-type]
+    db = getattr(args, "db", None) or os.environ.get(DATABASE_ENV) or None
+    root = Path(args.root).resolve()
+    return Settings(data=data_dir(args.data), course_root=root, database_url=db, workers=workers, **extra)  # type: ignore[arg-type]
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from .sandbox import check_available
     from .service.serve import serve
+    from .service.settings import BROKER_ENV
 
+    broker = args.broker or os.environ.get(BROKER_ENV) or None
+    if args.engine == "embedded" and args.broker:
+        raise CourseError("--broker is used only with --engine celery")
+    if args.engine == "embedded" and not args.no_sandbox:
+        check_available()  # with celery, the web host runs no student code: the workers check it
+    extra = {"sandbox": not args.no_sandbox, "secure_cookies": args.secure_cookies}
+    settings = _settings(args, args.workers, engine=args.engine, broker_url=broker, **extra)
+    serve(settings, args.host, args.port, demo=args.demo)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from .sandbox import check_available
+    from .service.settings import BROKER_ENV, DATABASE_ENV
+
+    db = args.db or os.environ.get(DATABASE_ENV)
+    broker = args.broker or os.environ.get(BROKER_ENV)
+    if not db or not broker:
+        missing = " and ".join(name for name, value in (("--db", db), ("--broker", broker)) if not value)
+        raise CourseError(
+            f"course worker needs {missing} (or ${DATABASE_ENV} / ${BROKER_ENV}): the database and the broker "
+            "that `course serve --engine celery` uses"
+        )
     if not args.no_sandbox:
         check_available()
-    settings = _settings(args, args.workers, sandbox=not args.no_sandbox, secure_cookies=args.secure_cookies)
-    serve(settings, args.host, args.port, demo=args.demo)
+    from .service.celery_app import start_worker
+
+    if args.prefork and (args.no_sandbox or os.geteuid() != 0):
+        raise CourseError("--prefork needs the sandbox in root mode (see docs/security.md, 'Pre-forked kernels')")
+    start_worker(Path(args.root).resolve(), db, broker, not args.no_sandbox, args.lease, args.name, args.prefork)
     return 0
 
 
@@ -287,6 +319,16 @@ def _port(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a port number, got {text!r}") from None
     if not 0 < value < 65536:
         raise argparse.ArgumentTypeError(f"must be from 1 to 65535, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not 3 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be from 3 to 3600 seconds, got {value:g}")
     return value
 
 
@@ -360,15 +402,40 @@ def make_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_rubric)
 
     data_help = "data folder (database, uploads); default: $COURSE_DATA, else ./.course-data"
+    db_help = "database URL, e.g. postgresql+psycopg://course:SECRET@db:5432/course (default: $COURSE_DATABASE_URL, else SQLite in the data folder)"
+    broker_help = "Celery broker URL, e.g. redis://:SECRET@10.0.0.5:6379/0 (default: $COURSE_BROKER_URL)"
     p = sub.add_parser("serve", help="run the course service: web app, grading workers, SQLite (docs/service.md)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     p.add_argument("--port", type=_port, default=8000, help="port (default: 8000)")
     p.add_argument("--data", help=data_help)
     p.add_argument("--demo", action="store_true", help="seed a demo roster, two accounts and the sample submissions")
-    p.add_argument("--workers", type=_jobs, default=2, help="grading worker processes, 1-64 (default: 2)")
+    p.add_argument("--workers", type=_jobs, default=2, help="embedded grading worker processes, 1-64 (default: 2)")
     p.add_argument("--secure-cookies", action="store_true", help="mark cookies Secure (when served over https)")
     p.add_argument("--no-sandbox", action="store_true", help="run student code without bubblewrap (trusted code only)")
+    p.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="embedded",
+        help="who grades: worker processes of this command (default), or `course worker` hosts through Celery",
+    )
+    p.add_argument("--db", help=db_help)
+    p.add_argument("--broker", help=broker_help + "; --engine celery only")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser(
+        "worker",
+        help="grade for `course serve --engine celery`: one grading process on this host (docs/service.md)",
+    )
+    p.add_argument("--root", default=argparse.SUPPRESS, help="the course checkout to grade with (default: .)")
+    p.add_argument("--db", help=db_help.replace(", else SQLite in the data folder", ""))
+    p.add_argument("--broker", help=broker_help)
+    p.add_argument("--name", help="this worker's name in results and logs (default: the host name)")
+    p.add_argument("--lease", type=_seconds, default=30.0, help="seconds a claim lasts unrenewed (default: 30)")
+    p.add_argument("--no-sandbox", action="store_true", help="run student code without bubblewrap (trusted code only)")
+    p.add_argument(
+        "--prefork", action="store_true", help="fork each kernel from a warm zygote: 3x less CPU (root mode only)"
+    )
+    p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("roster", help="service accounts from a roster")
     roster_sub = p.add_subparsers(dest="roster_command", required=True)
@@ -385,6 +452,7 @@ def make_parser() -> argparse.ArgumentParser:
     q.add_argument("--role", required=True, choices=["student", "ta", "instructor"])
     q.add_argument("--name", help="the name shown in the service")
     q.add_argument("--data", help=data_help)
+    q.add_argument("--db", help=db_help)
     q.set_defaults(func=cmd_user_add)
 
     p = sub.add_parser("backup", help="copy a (running) service's database and uploads to OUT")

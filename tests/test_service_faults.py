@@ -110,11 +110,18 @@ def test_the_web_process_killed_between_storing_and_replying_leaves_all_or_nothi
         digest = session.scalars(select(Submission.sha256)).one()
     assert UploadStore(data / "uploads").read(digest) == notebook
 
-    with serving(data) as (_proc, _base):
+    with serving(data) as (_proc, base):
 
         def graded() -> bool:
             with factory() as session:
                 return session.scalars(select(Submission.status)).one() == "graded"
 
         wait_for(graded, 120, "the recorded upload to be graded after the restart")
+
+        def metrics() -> str | None:  # the embedded engine's load, as Prometheus reads it
+            body = httpx.get(f"{base}/metrics", timeout=10).text
+            return body if 'course_jobs{state="done"} 1\n' in body else None
+
+        body = wait_for(metrics, 30, "/metrics to count the finished job")
+        assert "course_workers 1\n" in body and "course_queue_depth 0\n" in body
     assert count(Result) == 1

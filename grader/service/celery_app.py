@@ -7,10 +7,10 @@ way Celery's own guidance asks for tasks that must not be lost: late acknowledge
 is ``grader.service.tasks.grade_submission``, the function the embedded workers run; the job table
 (``distributed.claim_job``) makes a message delivered twice grade once.
 
-Two commands, the same on every host (see docs/service-distributed.md)::
+Two commands, the same on every host (see docs/service.md, "More machines")::
 
-    python -m grader.service.celery_app worker   --root R --db URL --broker URL   # one grading process
-    python -m grader.service.celery_app dispatch --root R --db URL --broker URL   # beside the web app
+    course serve --engine celery --db URL --broker URL   # the web app and the dispatcher
+    course worker --root R --db URL --broker URL         # one grading process (``start_worker``)
 
 Test-only hooks, never set in production: ``COURSE_TEST_WORKER_PAUSE=<seconds>`` (wait after the
 claim, before grading) and ``COURSE_TEST_POISON=<text>`` (a worker process that is handed an upload
@@ -19,28 +19,30 @@ containing the text kills itself, the way a submission that crashes its worker w
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import sys
-import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from celery import Celery
-from celery.signals import worker_process_shutdown
+from celery import Celery  # type: ignore[import-untyped]
+from celery.signals import worker_process_shutdown  # type: ignore[import-untyped]
+from kombu import Connection
+from kombu.exceptions import KombuError
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..course import load_course, load_settings
+from ..errors import CourseError
 from . import distributed, queue
-from .db import make_engine, migrate, session_factory
+from .db import CONNECT_TIMEOUT_S, check_database, head_revision, make_engine, schema_revision, session_factory
+from .settings import BROKER_ENV
 from .tasks import give_up, grade_submission
 
 TASK = "course.grade"
-BROKER_ENV = "COURSE_BROKER_URL"
-DATABASE_ENV = "COURSE_DATABASE_URL"
 PAUSE_ENV = "COURSE_TEST_WORKER_PAUSE"
 POISON_ENV = "COURSE_TEST_POISON"
 VISIBILITY_S = 3600  # Redis gives an unacknowledged message to another worker after this long
@@ -79,6 +81,8 @@ class WorkerConfig:
     lease_s: float = distributed.DEFAULT_LEASE_S
     name: str = ""
     commit: str = distributed.COMMIT_UNKNOWN
+    prefork: bool = False  # kernels forked from a warm zygote (root mode only; docs/security.md)
+    hashes: dict[str, str] = field(default_factory=dict)  # lesson contents at start: its queues
 
 
 @dataclass
@@ -101,9 +105,11 @@ def _state() -> WorkerState:
             raise RuntimeError("the grading task runs only in `course worker`")
         factory = session_factory(make_engine(CONFIG.db_url))
         course = load_course(CONFIG.root)
-        identity = distributed.Identity(CONFIG.name, CONFIG.commit)
+        identity = distributed.Identity(CONFIG.name, CONFIG.commit, CONFIG.hashes)
         _STATE = WorkerState(
-            factory, distributed.DatabaseUploads(factory), distributed.StampedGrader(course, identity, CONFIG.sandbox)
+            factory,
+            distributed.DatabaseUploads(factory),
+            distributed.StampedGrader(course, identity, CONFIG.sandbox, CONFIG.prefork),
         )
     return _STATE
 
@@ -152,9 +158,13 @@ def _test_hooks(state: WorkerState, submission_id: int) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-@app.task(name=TASK, bind=True)
+@app.task(name=TASK, bind=True, autoretry_for=(SQLAlchemyError,), retry_backoff=True, max_retries=8)
 def grade(self: Any, submission_id: int, job_id: int) -> str:
-    """The Celery task: one job of the job table."""
+    """The Celery task: one job of the job table.
+
+    A database error is retried (a new message, with backoff): a task that raised would otherwise be
+    acknowledged with its job unclaimed, and the job would wait for the dispatcher's 15-minute resend.
+    """
     if CONFIG is None:
         raise RuntimeError("the grading task runs only in `course worker`")
     return run_job(_state(), CONFIG, submission_id, job_id)
@@ -181,7 +191,46 @@ def worker_count(celery: Celery, timeout: float = 1.0) -> int:
     return len(replies)
 
 
-# --- commands -------------------------------------------------------------------------------------
+# --- checks and the worker command ----------------------------------------------------------------
+
+
+def shown(url: str) -> str:
+    """The broker URL without its password, for messages and logs."""
+    try:
+        return str(Connection(url).as_uri())
+    except Exception:  # noqa: BLE001 - an unusable URL is reported by check_broker
+        return "<broker URL>"
+
+
+def check_broker(url: str, setting: str = "--broker") -> None:
+    """Connect to the broker once, or raise a one-line CourseError naming ``setting``."""
+    example = "e.g. redis://:SECRET@10.0.0.5:6379/0"
+    if "://" not in url:  # the text is not echoed: it may hold a password
+        raise CourseError(f"{setting}: not a broker URL (no scheme://); give {example}")
+    try:
+        with Connection(url, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+            conn.ensure_connection(max_retries=1, interval_start=0, timeout=CONNECT_TIMEOUT_S)
+    except KeyError:
+        scheme = url.split("://")[0]
+        raise CourseError(f"{setting}: {scheme!r} is not a broker Celery knows; give {example}") from None
+    except ValueError as exc:  # e.g. a database number that is not one
+        raise CourseError(f"{setting}: not a broker URL Celery can use ({exc}); give {example}") from None
+    except (OSError, KombuError) as exc:
+        raise CourseError(
+            f"{setting}: cannot reach the broker {shown(url)} ({exc}); start it, or fix the URL"
+        ) from None
+
+
+def check_schema(engine: Engine, setting: str = "--db") -> None:
+    """A worker grades only on a database migrated by a web host of the same schema (it never migrates)."""
+    found, head = schema_revision(engine), head_revision()
+    if found is None:
+        raise CourseError(f"{setting}: the database has no tables yet; start `course serve --engine celery` first")
+    if found != head:
+        raise CourseError(
+            f"{setting}: the database schema is at migration {found}, this checkout needs {head}; "
+            "update this checkout (or the web host) so that both run the same version"
+        )
 
 
 def start_worker(
@@ -191,14 +240,23 @@ def start_worker(
     sandbox: bool = True,
     lease_s: float = distributed.DEFAULT_LEASE_S,
     name: str | None = None,
+    prefork: bool = False,
 ) -> None:
-    """``course worker``: state the commit and lesson contents, then consume their queues for ever."""
+    """``course worker``: check the settings, state the commit and lesson contents, then consume the
+    lessons' queues until SIGTERM (the job in hand is finished first) or SIGINT."""
     global CONFIG
     course = load_course(root)
-    queues = distributed.course_queues(course)
+    engine = check_database(db_url)
+    try:
+        check_schema(engine)
+    finally:
+        engine.dispose()  # the pool process opens its own (connections must not cross a fork)
+    check_broker(broker_url)
+    hashes = distributed.course_hashes(course)
+    queues = distributed.course_queues(course, hashes)
     commit = distributed.course_commit(root)
     host = name or os.uname().nodename
-    CONFIG = WorkerConfig(root, db_url, sandbox, lease_s, distributed.worker_name(host), commit)
+    CONFIG = WorkerConfig(root, db_url, sandbox, lease_s, distributed.worker_name(host), commit, prefork, hashes)
     print(f"course worker: {CONFIG.name} grades with commit {commit}", file=sys.stderr)
     for slug, qname in queues.items():
         print(f"course worker:   {slug} -> {qname}", file=sys.stderr)
@@ -206,43 +264,3 @@ def start_worker(
     argv = ["worker", "--pool=prefork", "--concurrency=1", "--loglevel=WARNING"]
     argv += ["--without-gossip", "--without-mingle", "-n", f"{host}.{os.getpid()}@%h", "-Q", ",".join(queues.values())]
     app.worker_main(argv)
-
-
-def dispatch(root: Path, db_url: str, broker_url: str, every_s: float = 1.0, resend_s: float | None = None) -> None:
-    """Run the dispatcher until SIGTERM or SIGINT (``course serve`` runs it in a thread instead)."""
-    engine = make_engine(db_url)
-    migrate(engine)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    course = load_course(root)
-    celery = make_app(broker_url)
-    dispatcher = distributed.Dispatcher(
-        session_factory(engine), course, sender(celery), resend_s or distributed.DEFAULT_RESEND_S
-    )
-    print(f"course dispatch: sending jobs to {broker_url}", file=sys.stderr)
-    dispatcher.run(stop, every_s, log=lambda line: print(f"course dispatch: {line}", file=sys.stderr))
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m grader.service.celery_app")
-    p.add_argument("command", choices=("worker", "dispatch"))
-    p.add_argument("--root", default=".", help="the course checkout")
-    p.add_argument("--db", default=os.environ.get(DATABASE_ENV), help=f"database URL (default ${DATABASE_ENV})")
-    p.add_argument("--broker", default=os.environ.get(BROKER_ENV), help=f"broker URL (default ${BROKER_ENV})")
-    p.add_argument("--lease", type=float, default=distributed.DEFAULT_LEASE_S, help="seconds; renewed while grading")
-    p.add_argument("--resend", type=float, default=None, help="dispatch: resend an unclaimed message after S s")
-    p.add_argument("--name", help="worker: the host name to report (default: this machine's)")
-    p.add_argument("--no-sandbox", action="store_true", help="worker: run student code without bubblewrap")
-    args = p.parse_args(argv)
-    if not args.db or not args.broker:
-        p.error(f"--db and --broker are required (or ${DATABASE_ENV} and ${BROKER_ENV})")
-    root = Path(args.root).resolve()
-    if args.command == "worker":
-        start_worker(root, args.db, args.broker, not args.no_sandbox, args.lease, args.name)
-    else:
-        dispatch(root, args.db, args.broker, resend_s=args.resend)
-
-
-if __name__ == "__main__":
-    main()

@@ -39,7 +39,7 @@ def seed(factory: sessionmaker[Session], store: UploadStore, course_root: Path) 
             if owner is None:
                 continue
             data = path.read_bytes()
-            sub = Submission(user_id=owner.id, lesson="lesson04", sha256=store.put(data), size=len(data))
+            sub = Submission(user_id=owner.id, lesson="lesson04", sha256=store.put_in(session, data), size=len(data))
             session.add(sub)
             session.flush()
             queue.enqueue(session, sub.id)

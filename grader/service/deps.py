@@ -6,8 +6,8 @@ everyone else) and ``check_csrf`` (every POST form carries the session's CSRF to
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from fastapi import Depends, HTTPException, Request
@@ -32,8 +32,9 @@ class Service:
     course: Course
     factory: sessionmaker[Session]  # for writing: transactions take the write lock at once
     reader: sessionmaker[Session]  # for reading
-    store: UploadStore
+    store: UploadStore  # files (embedded) or the database (celery): ``put_in`` and ``read`` either way
     templates: Environment
+    workers: Callable[[], int | None] = field(default=lambda: None)  # grading workers now; None: unknown
 
     def render(self, request: Request, name: str, status: int = 200, **context: Any) -> HTMLResponse:
         viewer = getattr(request.state, "viewer", None)

@@ -4,7 +4,7 @@ The job table stays the source of truth (``queue.py``): an upload's submission, 
 are committed in one transaction, exactly as in the embedded default. The broker only carries
 "grade job J of submission S" messages, so a lost message can always be sent again from the table.
 
-- **Uploads through the database** (``UploadBlob``): every grading host already needs the database,
+- **Uploads through the database** (``models.UploadBlob``): every grading host already needs the database,
   so storing the notebook's bytes there (they are at most ``limits.upload_bytes``, 2 MB) adds no
   service to run and no second place that must stay consistent with the rows, and the upload and its
   row commit or fail together.
@@ -27,18 +27,20 @@ import os
 import subprocess
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import DateTime, Integer, LargeBinary, String, and_, or_, select, update
-from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy import and_, or_, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session, sessionmaker
 
 from ..course import Course
 from ..grade import Grader
 from . import queue
-from .models import Base, Job, Submission, utcnow
+from .models import Job, Submission, UploadBlob, utcnow
 from .store import UploadStore
 
 SENT = "sent/"  # Job.worker of a job handed to the broker and not yet claimed
@@ -48,30 +50,36 @@ DEFAULT_LEASE_S = 30.0  # renewed every third of it while grading, so it only bo
 DEFAULT_RESEND_S = 900.0  # a message not claimed after this long is assumed lost by the broker
 
 
-class UploadBlob(Base):
-    """An upload's bytes, keyed by their sha256 (the ``Submission.sha256`` that names them)."""
-
-    __tablename__ = "upload_blobs"
-    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
-    data: Mapped[bytes] = mapped_column(LargeBinary)
-    size: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
-
-
 def put_blob(session: Session, data: bytes) -> str:
-    """Store an upload's bytes in the caller's transaction (once per content); return the sha256."""
+    """Store an upload's bytes in the caller's transaction (once per content); return the sha256.
+
+    ``INSERT ... ON CONFLICT DO NOTHING``: at a deadline many students upload the same untouched
+    notebook at the same moment, and a check-then-insert would fail one of two such uploads.
+    """
     digest = hashlib.sha256(data).hexdigest()
-    if session.get(UploadBlob, digest) is None:
-        session.add(UploadBlob(sha256=digest, data=data, size=len(data)))
+    values = {"sha256": digest, "data": data, "size": len(data), "created_at": utcnow()}
+    dialect = session.get_bind().dialect.name
+    if dialect in ("postgresql", "sqlite"):
+        insert = postgresql_insert if dialect == "postgresql" else sqlite_insert
+        session.execute(insert(UploadBlob).values(**values).on_conflict_do_nothing(index_elements=["sha256"]))
+    elif session.scalar(select(UploadBlob.sha256).where(UploadBlob.sha256 == digest)) is None:
+        session.add(UploadBlob(**values))
         session.flush()
     return digest
 
 
 class DatabaseUploads(UploadStore):
-    """The upload store of a grading host: reads the bytes from the database, keeps no folder."""
+    """The upload store of the distributed engine: the bytes live in the database, not in a folder."""
 
     def __init__(self, factory: sessionmaker[Session]) -> None:  # no super(): there is no folder
         self.factory = factory
+
+    def put(self, data: bytes) -> str:
+        with self.factory.begin() as session:
+            return put_blob(session, data)
+
+    def put_in(self, session: Session, data: bytes) -> str:
+        return put_blob(session, data)
 
     def read(self, sha256: str) -> bytes:
         with self.factory() as session:
@@ -114,9 +122,14 @@ def queue_name(slug: str, content_hash: str) -> str:
     return f"grade.{slug}.{content_hash[:16]}"
 
 
-def course_queues(course: Course) -> dict[str, str]:
-    """slug -> queue name for every lesson of a checkout."""
-    return {slug: queue_name(slug, lesson_hash(course, slug)) for slug in sorted(course.lessons)}
+def course_hashes(course: Course) -> dict[str, str]:
+    """slug -> ``lesson_hash`` for every lesson of a checkout."""
+    return {slug: lesson_hash(course, slug) for slug in sorted(course.lessons)}
+
+
+def course_queues(course: Course, hashes: dict[str, str] | None = None) -> dict[str, str]:
+    """slug -> queue name for every lesson of a checkout (from ``hashes`` when given)."""
+    return {slug: queue_name(slug, digest) for slug, digest in (hashes or course_hashes(course)).items()}
 
 
 def course_commit(root: Path) -> str:
@@ -140,25 +153,31 @@ def course_commit(root: Path) -> str:
 
 @dataclass(frozen=True)
 class Identity:
-    """Who graded: the worker's name, its checkout's commit and the lesson content it graded with."""
+    """Who graded: the worker's name, its checkout's commit and the lesson content it graded with.
+
+    ``hashes`` are the lesson hashes taken when the worker started, the ones its queues are named
+    after: a file edited under a running worker must not make its results claim content it was
+    not routed by (restart workers after updating their checkout).
+    """
 
     worker: str
     commit: str
+    hashes: dict[str, str] = field(default_factory=dict)
 
     def stamp(self, course: Course, slug: str) -> dict[str, str]:
         return {
             "engine": "celery",
             "worker": self.worker,
             "commit": self.commit,
-            "lesson_hash": lesson_hash(course, slug),
+            "lesson_hash": self.hashes.get(slug) or lesson_hash(course, slug),
         }
 
 
 class StampedGrader(Grader):
     """A Grader whose results say which worker, commit and lesson content graded them."""
 
-    def __init__(self, course: Course, identity: Identity, sandbox: bool = True) -> None:
-        super().__init__(course, sandbox=sandbox)
+    def __init__(self, course: Course, identity: Identity, sandbox: bool = True, prefork: bool = False) -> None:
+        super().__init__(course, sandbox=sandbox, prefork=prefork)
         self.identity = identity
 
     def grade_bytes(self, data: bytes, name: str, expect_lesson: str | None = None) -> dict[str, Any]:
@@ -285,18 +304,32 @@ def mark_sent(factory: sessionmaker[Session], job_ids: Iterable[int], resend_s: 
 
     A job taken back from a worker whose lease ran out becomes queued again, so that it is sent once
     and not on every tick until a worker is free; a job claimed meanwhile is left alone.
+
+    Rows are locked in the order a claim locks them, the job first and then its submission. The
+    other order deadlocked with a worker claiming the job just sent: PostgreSQL then aborted one of
+    the two, and when it was the claim, the message was spent and the job waited for the 15-minute
+    resend (the killed-worker test timed out this way).
     """
     now = utcnow()
-    ids = list(job_ids)
+    ids = sorted(job_ids)
     waiting = or_(Job.state == "queued", and_(Job.state == "running", Job.lease_until < now))
     with factory.begin() as session:
-        taken_back = select(Job.submission_id).where(Job.id.in_(ids), Job.state == "running", Job.lease_until < now)
-        session.execute(update(Submission).where(Submission.id.in_(taken_back)).values(status="queued"))
+        rows = session.execute(
+            select(Job.id, Job.state, Job.submission_id)
+            .where(Job.id.in_(ids), waiting)
+            .order_by(Job.id)
+            .with_for_update()
+        ).all()
+        if not rows:
+            return
         session.execute(
             update(Job)
-            .where(Job.id.in_(ids), waiting)
+            .where(Job.id.in_([row.id for row in rows]))
             .values(state="queued", worker=SENT, lease_until=now + timedelta(seconds=resend_s), updated_at=now)
         )
+        taken_back = [row.submission_id for row in rows if row.state == "running"]
+        if taken_back:
+            session.execute(update(Submission).where(Submission.id.in_(taken_back)).values(status="queued"))
 
 
 Send = Callable[[Outgoing, str], None]  # (job, queue name) -> published, or raises

@@ -1,13 +1,13 @@
 """A whole distributed grading setup on one machine: redis-server, a throwaway PostgreSQL cluster,
-the dispatcher and N ``course worker`` processes, all on 127.0.0.1 and free ports.
+``course serve --engine celery`` and N ``course worker`` processes, all on 127.0.0.1 and free ports.
 
 The tests (tests/test_service_distributed.py) and the bench (bench/service_workers.py) use it; the
-commands it runs are the ones docs/service-distributed.md gives for several hosts. Not used by the
-service itself.
+commands it runs are the ones docs/service.md gives for several hosts. Not used by the service itself.
 """
 
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 import pwd
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -31,6 +32,16 @@ from .models import User
 from .testing import free_port, wait_for
 
 REDIS_ENV = "COURSE_REDIS_SERVER"  # a redis-server binary that is not on PATH
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def die_with_parent() -> None:
+    """In a child before exec: SIGTERM it when the process that started it dies (``PR_SET_PDEATHSIG``).
+
+    The servers and workers run in sessions of their own, so a test run killed outright (a timeout,
+    Ctrl-C twice) would otherwise leave them running on a shared machine.
+    """
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def find_redis_server() -> str | None:
@@ -65,7 +76,7 @@ class Redis:
         cmd = [self.binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.folder)]
         cmd += ["--appendonly", "yes", "--appendfsync", "always", "--save", "", "--protected-mode", "yes"]
         with (self.folder / "redis.log").open("ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, preexec_fn=die_with_parent)
         import redis
 
         client = redis.Redis(host="127.0.0.1", port=self.port)
@@ -172,27 +183,57 @@ def add_students(factory: sessionmaker[Session], prefix: str, count: int) -> lis
 
 @dataclass
 class Cluster:
-    """The dispatcher and the workers of one course checkout, as subprocesses (each its own session)."""
+    """The web app (``course serve --engine celery``, with the dispatcher) and the workers
+    (``course worker``) of one course checkout, as subprocesses, each in a session of its own.
+
+    These are the commands docs/service.md gives for several hosts; here only the addresses are local.
+    """
 
     root: Path
     db_url: str
     broker_url: str
     logs: Path
     lease_s: float = 8.0
+    prefork: bool = False  # `course worker --prefork`: kernels forked from a zygote (root only)
     workers: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    dispatcher: subprocess.Popen[bytes] | None = None
+    web: subprocess.Popen[bytes] | None = None
+    base_url: str = ""
 
     def _spawn(self, args: list[str], log_name: str, **env: str) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "grader.service.celery_app", *args, "--root", str(self.root)]
-        cmd += ["--db", self.db_url, "--broker", self.broker_url, "--lease", str(self.lease_s)]
+        cmd = [sys.executable, "-m", "grader.cli", "--root", str(self.root), *args]
+        cmd += ["--db", self.db_url, "--broker", self.broker_url]
         with (self.logs / log_name).open("ab") as log:
-            return subprocess.Popen(cmd, stderr=log, stdout=log, env={**os.environ, **env}, start_new_session=True)
+            return subprocess.Popen(
+                cmd,
+                stderr=log,
+                stdout=log,
+                env={**os.environ, **env},
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
 
-    def start_dispatcher(self) -> None:
-        self.dispatcher = self._spawn(["dispatch"], "dispatch.log")
+    def start_web(self, data: Path, timeout: float = 90) -> str:
+        """``course serve --engine celery`` on 127.0.0.1 and a free port; returns its base URL once it answers."""
+        port = free_port()
+        args = ["serve", "--engine", "celery", "--data", str(data), "--host", "127.0.0.1", "--port", str(port)]
+        self.web = self._spawn(args, "serve.log")
+        self.base_url = f"http://127.0.0.1:{port}"
+        web = self.web
+
+        def up() -> bool:
+            if web.poll() is not None:
+                raise AssertionError(f"course serve exited ({web.returncode}):\n{self.log_tails()}")
+            try:
+                return httpx.get(f"{self.base_url}/login", timeout=2).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(up, timeout, "course serve --engine celery to answer")
+        return self.base_url
 
     def start_worker(self, name: str, **env: str) -> None:
-        self.workers[name] = self._spawn(["worker", "--name", name], f"{name}.log", **env)
+        args = ["worker", "--name", name, "--lease", str(self.lease_s), *(["--prefork"] if self.prefork else [])]
+        self.workers[name] = self._spawn(args, f"{name}.log", **env)
 
     def kill_worker(self, name: str) -> None:
         """SIGKILL a worker and its pool process at once, as if its host went down."""
@@ -201,14 +242,22 @@ class Cluster:
         proc.wait()
 
     def wait_for_workers(self, timeout: float = 90) -> None:
+        """Until every worker answers a ping; a worker that exited fails at once, with the logs."""
         celery = celery_app.make_app(self.broker_url)
-        wait_for(lambda: celery_app.worker_count(celery, 0.5) >= len(self.workers), timeout, "workers to answer")
+
+        def answering() -> bool:
+            gone = {name: p.returncode for name, p in self.workers.items() if p.poll() is not None}
+            if gone:
+                raise AssertionError(f"course worker exited: {gone}\n{self.log_tails()}")
+            return celery_app.worker_count(celery, 0.5) >= len(self.workers)
+
+        wait_for(answering, timeout, "workers to answer")
 
     def stop(self) -> None:
-        procs = [p for p in [*self.workers.values(), self.dispatcher] if p is not None]
+        procs = [p for p in [*self.workers.values(), self.web] if p is not None]
         for proc in procs:
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                os.killpg(proc.pid, signal.SIGTERM if proc is not self.web else signal.SIGINT)
         for proc in procs:
             try:
                 proc.wait(20)
@@ -216,7 +265,7 @@ class Cluster:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         self.workers.clear()
-        self.dispatcher = None
+        self.web = None
 
     def log_tails(self, chars: int = 4000) -> str:
         return "".join(

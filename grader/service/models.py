@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Integer, LargeBinary, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 ROLES = ("student", "ta", "instructor")
@@ -62,6 +62,21 @@ class Submission(Base):
     status: Mapped[str] = mapped_column(String(16), default="queued")  # queued | running | graded | failed
     late_days: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow, index=True)
+
+
+class UploadBlob(Base):
+    """An upload's bytes, keyed by their sha256 (the ``Submission.sha256`` that names them).
+
+    Used by the distributed engine: every grading host reaches the database, so the bytes travel
+    with the rows and commit with them (see ``distributed.put_blob``). The embedded engine keeps
+    its uploads as files (``store.UploadStore``) and leaves this table empty.
+    """
+
+    __tablename__ = "upload_blobs"
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    size: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
 class Job(Base):

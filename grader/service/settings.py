@@ -8,6 +8,9 @@ from pathlib import Path
 
 DEFAULT_DATA = ".course-data"  # relative to the current folder; README and docs/service.md name it
 DATA_ENV = "COURSE_DATA"
+DATABASE_ENV = "COURSE_DATABASE_URL"
+BROKER_ENV = "COURSE_BROKER_URL"
+ENGINES = ("embedded", "celery")  # who hands jobs to workers: the serve process, or Celery (docs/service.md)
 
 
 def data_dir(option: str | None) -> Path:
@@ -22,7 +25,9 @@ class Settings:
     data: Path
     course_root: Path
     database_url: str | None = None  # default: SQLite in the data folder
-    workers: int = 2
+    engine: str = "embedded"  # embedded: worker processes of `course serve`; celery: `course worker` hosts
+    broker_url: str | None = None  # the Celery broker (engine celery only)
+    workers: int = 2  # embedded only
     secure_cookies: bool = False  # True when served over https (sets the cookie's Secure flag)
     max_queued: int = 2000  # a full queue refuses uploads instead of growing without bound
     lease_seconds: float = 0.0  # 0: the course's submission timeout plus two minutes

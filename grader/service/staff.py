@@ -23,7 +23,7 @@ from ..lesson import CODE_POINTS, QUESTION_POINTS
 from ..release import set_release
 from ..report import gradebook_csv
 from ..roster import load_roster
-from . import accounts, queue, results
+from . import accounts, metrics, queue, results
 from .auth import end_all_sessions
 from .deps import DB, DBW, PostedForm, check_csrf, require_staff, service
 from .models import ROLES, AuditEntry, Job, Override, RegradeRequest, ScheduledRelease, Submission, User, utcnow
@@ -39,9 +39,10 @@ def dashboard(request: Request, session: DB) -> Response:
     lessons = sorted(svc.course.lessons.values(), key=lambda lesson: lesson.number)
     schedules = {s.lesson: s.at for s in session.scalars(select(ScheduledRelease))}
     open_requests = len(session.scalars(select(RegradeRequest.id).where(RegradeRequest.state == "open")).all())
+    load = metrics.snapshot(svc.reader, svc.workers()).rows()  # queue depth, workers, latency
     return svc.render(
         request, "staff.html", lessons=lessons, schedules=schedules, open_requests=open_requests,
-        instructor=viewer.is_instructor,
+        instructor=viewer.is_instructor, load=load,
     )  # fmt: skip
 
 

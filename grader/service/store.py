@@ -15,6 +15,8 @@ import os
 import re
 from pathlib import Path
 
+from sqlalchemy.orm import Session
+
 SHA256 = re.compile(r"[0-9a-f]{64}")
 FULL_DISK = (errno.ENOSPC, errno.EDQUOT)
 
@@ -57,6 +59,15 @@ class UploadStore:
                 raise StoreFull(str(exc)) from None
             raise
         return digest
+
+    def put_in(self, session: Session, data: bytes) -> str:
+        """Store ``data`` so that it is durable by the time ``session`` commits the row naming it.
+
+        Here the file is written and fsynced at once (the session is not used); the distributed
+        engine's store (``distributed.DatabaseUploads``) adds the bytes to the session instead, so
+        the upload route calls this one method whichever engine runs.
+        """
+        return self.put(data)
 
     def read(self, sha256: str) -> bytes:
         return self.path(sha256).read_bytes()

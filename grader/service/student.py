@@ -287,7 +287,7 @@ def submit(request: Request, slug: str, session: DBW, form: PostedForm) -> Respo
             f"这份 notebook 属于 {shown}，不是 {slug}。请提交本课的 notebook。",
         )  # fmt: skip
     try:
-        digest = svc.store.put(data)
+        digest = svc.store.put_in(session, data)
     except StoreFull:
         return _refuse(
             request, session, viewer, slug, 507, "服务器存储空间已满，这次提交没有保存。请稍后再试，并告知助教。"

@@ -21,9 +21,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..course import Course, load_course
-from . import staff, student
+from . import metrics, staff, student
 from .db import make_engine, migrate, session_factory
 from .deps import LoginRequired, Service, service
+from .distributed import DatabaseUploads
 from .settings import Settings
 from .store import UploadStore
 
@@ -38,17 +39,28 @@ SECURITY_HEADERS = [
 ]
 
 
-def create_app(settings: Settings, course: Course | None = None) -> FastAPI:
-    """The whole web app; migrates the database to the newest schema first."""
+def create_app(
+    settings: Settings, course: Course | None = None, workers: Callable[[], int | None] | None = None
+) -> FastAPI:
+    """The whole web app; migrates the database to the newest schema first.
+
+    ``workers`` counts the grading workers for the instructor's page and ``/metrics`` (the engine
+    knows them: the embedded supervisor its processes, Celery by a ping); without it they show as
+    unknown.
+    """
     course = course or load_course(settings.course_root)
     settings.data.mkdir(parents=True, exist_ok=True)
     engine = make_engine(settings.db_url)
     migrate(engine)
+    factory = session_factory(engine)
     env = Environment(loader=FileSystemLoader(HERE / "templates"), autoescape=select_autoescape(default=True))
     env.filters["urlquote"] = lambda s: quote(str(s), safe="")
     app = FastAPI(title="course", docs_url=None, redoc_url=None, openapi_url=None)
     reader = session_factory(make_engine(settings.db_url, immediate=False))
-    app.state.service = Service(settings, course, session_factory(engine), reader, UploadStore(settings.uploads), env)
+    store = DatabaseUploads(factory) if settings.engine == "celery" else UploadStore(settings.uploads)
+    count = workers or (lambda: None)
+    app.state.service = Service(settings, course, factory, reader, store, env, count)
+    metrics.install(app, reader, count)
     app.include_router(student.router)
     app.include_router(staff.router)
     app.mount("/static", StaticFiles(directory=HERE / "static"), name="static")

@@ -114,6 +114,10 @@ class Supervisor:
         self._thread = threading.Thread(target=self._watch, name="course-supervisor", daemon=True)
         self._thread.start()
 
+    def alive(self) -> int:
+        """Worker processes running now (for the instructor's page and ``/metrics``)."""
+        return sum(proc.poll() is None for proc in self.procs)
+
     def check(self) -> None:
         """Restart dead workers and put their jobs back."""
         for i, proc in enumerate(self.procs):

@@ -9,10 +9,6 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-# The model lives in grader.service.distributed until it moves to models.py; importing it here keeps
-# Base.metadata equal to the migrated schema wherever migrations run.
-import grader.service.distributed  # noqa: F401
-
 revision = "0002"
 down_revision = "0001"
 branch_labels = None
