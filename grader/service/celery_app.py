@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from celery import Celery  # type: ignore[import-untyped]
-from celery.signals import worker_process_shutdown  # type: ignore[import-untyped]
+from celery import Celery
+from celery.signals import worker_process_shutdown
 from kombu import Connection
 from kombu.exceptions import KombuError
 from sqlalchemy import Engine
