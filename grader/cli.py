@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from .errors import CourseError
 from .service.settings import ENGINES
@@ -312,34 +314,26 @@ def cmd_backup(args: argparse.Namespace) -> int:
     return 0
 
 
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a port number, got {text!r}") from None
-    if not 0 < value < 65536:
-        raise argparse.ArgumentTypeError(f"must be from 1 to 65535, got {value}")
-    return value
+def _bounded(
+    convert: Callable[[str], float], low: float, high: float, what: str, unit: str = ""
+) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text and insist on ``low <= value <= high``, in words a user can act on."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low:g} to {high:g}{unit}, got {value:g}")
+        return value
+
+    return parse
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
-    if not 3 <= value <= 3600:
-        raise argparse.ArgumentTypeError(f"must be from 3 to 3600 seconds, got {value:g}")
-    return value
-
-
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to 64, got {text!r}") from None
-    if not 1 <= value <= 64:
-        raise argparse.ArgumentTypeError(f"must be from 1 to 64, got {value}")
-    return value
+_port = _bounded(int, 1, 65535, "a port number")
+_seconds = _bounded(float, 3, 3600, "a number of seconds", " seconds")
+_jobs = _bounded(int, 1, 64, "a whole number from 1 to 64")
 
 
 def make_parser() -> argparse.ArgumentParser:
