@@ -50,7 +50,7 @@ def new_lesson(root: Path, slug: str, title: str) -> list[Path]:
     existing = [name for name in names if (root / name).exists()]
     if existing:
         raise SourceError(existing[0], None, "already exists; course new never overwrites a file (remove it first)")
-    texts = [_lesson_text(number, slug, title), _CHECKS.format(slug=slug, title=title), _RUBRIC.format(title=title)]
+    texts = [_lesson_text(number, slug, title), _CHECKS.format(slug=slug, title=title), _rubric_text(title)]
     written = []
     for name, text in zip(names, texts):
         path = root / name
@@ -255,7 +255,7 @@ def scale_random(student, rng, ref):
     return close(student.call("scale", values, factor), ref.scale(values, factor))
 '''
 
-_RUBRIC = """\
+_RUBRIC_HEAD = """\
 # Short-answer rubric for {title}. Format: docs/rubric.md.
 # TODO(course): 为每个问题写出与参考要点对应的 key points（points 合计 2；says 说明要点，hint 提示方向但不给出答案）。
 
@@ -263,79 +263,44 @@ lexicon:
   placeholder: ['占位']
 
 questions:
-  q1:
-    key_points:
-      - id: q1-point-1
-        points: 1
-        says: 占位要点一
-        hint: 想一想第一个要点
-        any:
-          - head: ['@placeholder']
-            with: [['要点一']]
-      - id: q1-point-2
-        points: 1
-        says: 占位要点二
-        hint: 想一想第二个要点
-        any:
-          - head: ['@placeholder']
-            with: [['要点二']]
-  q2:
-    key_points:
-      - id: q2-point-1
-        points: 1
-        says: 占位要点一
-        hint: 想一想第一个要点
-        any:
-          - head: ['@placeholder']
-            with: [['要点一']]
-      - id: q2-point-2
-        points: 1
-        says: 占位要点二
-        hint: 想一想第二个要点
-        any:
-          - head: ['@placeholder']
-            with: [['要点二']]
-  q3:
-    key_points:
-      - id: q3-point-1
-        points: 1
-        says: 占位要点一
-        hint: 想一想第一个要点
-        any:
-          - head: ['@placeholder']
-            with: [['要点一']]
-      - id: q3-point-2
-        points: 1
-        says: 占位要点二
-        hint: 想一想第二个要点
-        any:
-          - head: ['@placeholder']
-            with: [['要点二']]
+"""
 
+_KEY_POINT = """\
+      - id: {q}-point-{n}
+        points: 1
+        says: 占位要点{cn}
+        hint: 想一想第{cn}个要点
+        any:
+          - head: ['@placeholder']
+            with: [['要点{cn}']]
+"""
+
+_VETOES_HEAD = """
 # TODO(course): 为本课的典型误解写出至少 3 个 vetoes，每个至少 5 个应当触发（fire）和 5 个不应触发（keep）的例句。
 vetoes:
-  - id: misconception-1
-    says: 占位误解甲
-    explain: 占位：说明这个观点为什么是错的
-    any:
-      - head: ['误解甲']
-    examples:
-      fire: ['误解甲成立。', '我认为误解甲是对的。', '显然误解甲。', '结论就是误解甲。', '误解甲总是成立。']
-      keep: ['这句话没有问题。', '梯度要先求和。', '误解乙成立。', '误解丙成立。', '本课讲数据并行。']
-  - id: misconception-2
-    says: 占位误解乙
-    explain: 占位：说明这个观点为什么是错的
-    any:
-      - head: ['误解乙']
-    examples:
-      fire: ['误解乙成立。', '我认为误解乙是对的。', '显然误解乙。', '结论就是误解乙。', '误解乙总是成立。']
-      keep: ['这句话没有问题。', '梯度要先求和。', '误解甲成立。', '误解丙成立。', '本课讲数据并行。']
-  - id: misconception-3
-    says: 占位误解丙
-    explain: 占位：说明这个观点为什么是错的
-    any:
-      - head: ['误解丙']
-    examples:
-      fire: ['误解丙成立。', '我认为误解丙是对的。', '显然误解丙。', '结论就是误解丙。', '误解丙总是成立。']
-      keep: ['这句话没有问题。', '梯度要先求和。', '误解甲成立。', '误解乙成立。', '本课讲数据并行。']
 """
+
+_VETO = """\
+  - id: misconception-{n}
+    says: 占位误解{name}
+    explain: 占位：说明这个观点为什么是错的
+    any:
+      - head: ['误解{name}']
+    examples:
+      fire: ['误解{name}成立。', '我认为误解{name}是对的。', '显然误解{name}。', '结论就是误解{name}。', '误解{name}总是成立。']
+      keep: ['这句话没有问题。', '梯度要先求和。', {others}, '本课讲数据并行。']
+"""
+
+
+def _rubric_text(title: str) -> str:
+    """A rubric that validates (two key points per question, three vetoes with five examples each)."""
+    parts = [_RUBRIC_HEAD.format(title=title)]
+    for q in ("q1", "q2", "q3"):
+        parts.append(f"  {q}:\n    key_points:\n")
+        parts.extend(_KEY_POINT.format(q=q, n=n, cn=cn) for n, cn in ((1, "一"), (2, "二")))
+    parts.append(_VETOES_HEAD)
+    names = ("甲", "乙", "丙")
+    for n, name in enumerate(names, start=1):
+        others = ", ".join(f"'误解{other}成立。'" for other in names if other != name)
+        parts.append(_VETO.format(n=n, name=name, others=others))
+    return "".join(parts)
