@@ -99,8 +99,23 @@ class ReferenceStudent:
 
 
 def ndarray(values: Any, dtype: str = "float64") -> dict[str, Any]:
-    """An argument that arrives in the kernel as ``numpy.array(values, dtype=dtype)``."""
+    """An argument that arrives in the kernel as ``numpy.array(values, dtype=dtype)``.
+
+    ``values`` may be nested lists or a numpy array (sent as its ``tolist()``).
+    """
+    if hasattr(values, "tolist"):
+        values = values.tolist()
     return {"__ndarray__": values, "dtype": dtype}
+
+
+def normal_matrix(rng: random.Random, rows: int, cols: int, spread: float = 1.0) -> Any:
+    """A float64 numpy matrix of normal entries drawn from the check's ``rng``.
+
+    Drawn with ``rng.gauss`` (not numpy's generator) so that a check's inputs follow from its seed alone.
+    """
+    import numpy as np  # only lessons with array exercises need it
+
+    return np.array([[rng.gauss(0.0, spread) for _ in range(cols)] for _ in range(rows)], dtype=np.float64)
 
 
 def raises_value_error(student: Any, function: str, *args: Any, **kwargs: Any) -> bool:

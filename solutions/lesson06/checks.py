@@ -10,18 +10,9 @@ byte formulas written out by hand.
 
 import numpy as np
 
-from grader.checks import check, close, ndarray
+from grader.checks import check, close, ndarray, normal_matrix
 
 TOL = dict(rel=1e-9, abs_tol=1e-9)
-
-
-def _mat(rng, rows, cols):
-    """Standard normal entries, as the page's np.random.default_rng(0).normal draws them."""
-    return np.array([[rng.gauss(0.0, 1.0) for _ in range(cols)] for _ in range(rows)], dtype=np.float64)
-
-
-def _arr(a):
-    return ndarray(a.tolist(), "float64")
 
 
 def _gelu(x):
@@ -42,8 +33,8 @@ def column_shard_shapes(student, rng, ref):
     t = rng.randint(2, 5)
     n, d_in = rng.randint(2, 5), rng.randint(2, 6)
     d_out = _not_divisible(rng, t, t + 1, 4 * t)
-    X, W = _mat(rng, n, d_in), _mat(rng, d_in, d_out)
-    got = student.call("column_parallel_linear", _arr(X), _arr(W), t)
+    X, W = normal_matrix(rng, n, d_in), normal_matrix(rng, d_in, d_out)
+    got = student.call("column_parallel_linear", ndarray(X), ndarray(W), t)
     widths = [d_out // t + (1 if i < d_out % t else 0) for i in range(t)]
     assert len(got) == t
     for shard, width in zip(got, widths):
@@ -56,8 +47,8 @@ def column_concat_is_dense(student, rng):
     """column_parallel_linear：各分片按列拼接后等于稠密结果 X @ W（含 t 大于输出维的情况）"""
     for d_out, t in ((rng.randint(5, 12), rng.randint(2, 4)), (rng.randint(1, 3), rng.randint(4, 6))):
         n, d_in = rng.randint(1, 4), rng.randint(2, 6)
-        X, W = _mat(rng, n, d_in), _mat(rng, d_in, d_out)
-        got = student.call("column_parallel_linear", _arr(X), _arr(W), t)
+        X, W = normal_matrix(rng, n, d_in), normal_matrix(rng, d_in, d_out)
+        got = student.call("column_parallel_linear", ndarray(X), ndarray(W), t)
         assert len(got) == t
         rows = [[v for shard in got for v in shard[r]] for r in range(n)]
         if not close(rows, (X @ W).tolist(), **TOL):
@@ -72,8 +63,8 @@ def row_partials_and_output(student, rng, ref):
         t = rng.randint(2, 5)
         n, d_out = rng.randint(1, 4), rng.randint(2, 6)
         d_in = _not_divisible(rng, t, t + 1, 4 * t)
-        X, W = _mat(rng, n, d_in), _mat(rng, d_in, d_out)
-        got = student.call("row_parallel_linear", _arr(X), _arr(W), t)
+        X, W = normal_matrix(rng, n, d_in), normal_matrix(rng, d_in, d_out)
+        got = student.call("row_parallel_linear", ndarray(X), ndarray(W), t)
         exp = ref.row_parallel_linear(X, W, t)
         assert isinstance(got, dict) and set(got) == {"partials", "output"}
         if not close(got["partials"], [p.tolist() for p in exp["partials"]], **TOL):
@@ -89,8 +80,8 @@ def row_more_ranks_than_rows(student, rng):
     for d_in, n in ((rng.randint(1, 3), rng.randint(1, 4)), (rng.randint(2, 4), rng.randint(3, 6))):
         t = d_in + rng.randint(1, 3)
         d_out = rng.randint(2, 5)
-        X, W = _mat(rng, n, d_in), _mat(rng, d_in, d_out)
-        got = student.call("row_parallel_linear", _arr(X), _arr(W), t)
+        X, W = normal_matrix(rng, n, d_in), normal_matrix(rng, d_in, d_out)
+        got = student.call("row_parallel_linear", ndarray(X), ndarray(W), t)
         assert len(got["partials"]) == t
         zeros = [[0.0] * d_out for _ in range(n)]
         if not all(close(p, zeros) for p in got["partials"][d_in:]):
@@ -107,8 +98,8 @@ def mlp_equals_dense(student, rng):
         t = rng.randint(2, 6)
         n, h = rng.randint(1, 5), rng.randint(2, 7)
         f = _not_divisible(rng, t, t + 1, 5 * t)
-        X, W1, W2 = _mat(rng, n, h), _mat(rng, h, f), _mat(rng, f, h)
-        got = student.call("tp_mlp", _arr(X), _arr(W1), _arr(W2), t)
+        X, W1, W2 = normal_matrix(rng, n, h), normal_matrix(rng, h, f), normal_matrix(rng, f, h)
+        got = student.call("tp_mlp", ndarray(X), ndarray(W1), ndarray(W2), t)
         if not close(got, (_gelu(X @ W1) @ W2).tolist(), **TOL):
             return False
     return True
@@ -119,8 +110,8 @@ def mlp_edge_cases(student, rng):
     """tp_mlp：t = 1 以及 t 大于中间维 f 时仍等于稠密结果"""
     n, h = rng.randint(1, 4), rng.randint(2, 5)
     for f, t in ((rng.randint(3, 9), 1), (rng.randint(1, 3), rng.randint(4, 7))):
-        X, W1, W2 = _mat(rng, n, h), _mat(rng, h, f), _mat(rng, f, h)
-        got = student.call("tp_mlp", _arr(X), _arr(W1), _arr(W2), t)
+        X, W1, W2 = normal_matrix(rng, n, h), normal_matrix(rng, h, f), normal_matrix(rng, f, h)
+        got = student.call("tp_mlp", ndarray(X), ndarray(W1), ndarray(W2), t)
         if not close(got, (_gelu(X @ W1) @ W2).tolist(), **TOL):
             return False
     return True

@@ -10,19 +10,10 @@ Expected values come from a dense numpy computation done here, from the referenc
 
 import numpy as np
 
-from grader.checks import check, close, ndarray
+from grader.checks import check, close, ndarray, normal_matrix
 from grader.kernel import StudentCallError
 
 TOL = dict(rel=1e-9, abs_tol=1e-9)
-
-
-def _mat(rng, rows, cols):
-    """Standard normal entries, as the page's np.random.default_rng(0).normal draws them."""
-    return np.array([[rng.gauss(0.0, 1.0) for _ in range(cols)] for _ in range(rows)], dtype=np.float64)
-
-
-def _arr(a):
-    return ndarray(a.tolist(), "float64")
 
 
 def _gelu(x):
@@ -55,8 +46,8 @@ def gather_concatenates(student, rng):
     """all_gather_seq：各 rank 的 token 段长度不同（含只有一个 rank）时，按 rank 顺序沿序列维拼接"""
     for t in (rng.randint(2, 6), 1):
         h = rng.randint(1, 6)
-        shards = [_mat(rng, rng.randint(1, 5), h) for _ in range(t)]
-        got = student.call("all_gather_seq", [_arr(x) for x in shards])
+        shards = [normal_matrix(rng, rng.randint(1, 5), h) for _ in range(t)]
+        got = student.call("all_gather_seq", [ndarray(x) for x in shards])
         if not close(got, np.concatenate(shards, axis=0).tolist(), **TOL):
             return False
     return True
@@ -69,8 +60,8 @@ def scatter_sums_and_splits(student, rng):
     t2 = rng.randint(4, 7)
     for s, t in ((_not_divisible(rng, t1, t1 + 1, 5 * t1), t1), (rng.randint(1, t2 - 1), t2)):
         h = rng.randint(1, 5)
-        partials = [_mat(rng, s, h) for _ in range(t)]
-        got = student.call("reduce_scatter_seq", [_arr(p) for p in partials])
+        partials = [normal_matrix(rng, s, h) for _ in range(t)]
+        got = student.call("reduce_scatter_seq", [ndarray(p) for p in partials])
         if not close(got, _rank_rows(sum(partials), t), **TOL):
             return False
     return True
@@ -84,8 +75,8 @@ def block_equals_dense(student, rng):
         s = _not_divisible(rng, t, t + 1, 4 * t)
         h = rng.randint(2, 6)
         f = _not_divisible(rng, t, t + 1, 4 * t)
-        X, W1, W2 = _mat(rng, s, h), _mat(rng, h, f), _mat(rng, f, h)
-        got = student.call("sp_mlp", _arr(X), _arr(W1), _arr(W2), t)
+        X, W1, W2 = normal_matrix(rng, s, h), normal_matrix(rng, h, f), normal_matrix(rng, f, h)
+        got = student.call("sp_mlp", ndarray(X), ndarray(W1), ndarray(W2), t)
         rows = [row for shard in got for row in shard]
         if not close(rows, _dense_block(X, W1, W2).tolist(), **TOL):
             return False
@@ -98,8 +89,8 @@ def block_rank_owns_its_tokens(student, rng):
     t = rng.randint(3, 6)
     s = _not_divisible(rng, t, t + 1, 3 * t)
     h, f = rng.randint(2, 5), rng.randint(t, 3 * t)
-    X, W1, W2 = _mat(rng, s, h), _mat(rng, h, f), _mat(rng, f, h)
-    got = student.call("sp_mlp", _arr(X), _arr(W1), _arr(W2), t)
+    X, W1, W2 = normal_matrix(rng, s, h), normal_matrix(rng, h, f), normal_matrix(rng, f, h)
+    got = student.call("sp_mlp", ndarray(X), ndarray(W1), ndarray(W2), t)
     return close(got, _rank_rows(_dense_block(X, W1, W2), t), **TOL)
 
 
@@ -113,8 +104,8 @@ def block_edge_cases(student, rng):
         (rng.randint(5, 8), rng.randint(1, 2), rng.randint(3, 4)),
     )
     for s, f, t in cases:
-        X, W1, W2 = _mat(rng, s, h), _mat(rng, h, f), _mat(rng, f, h)
-        got = student.call("sp_mlp", _arr(X), _arr(W1), _arr(W2), t)
+        X, W1, W2 = normal_matrix(rng, s, h), normal_matrix(rng, h, f), normal_matrix(rng, f, h)
+        got = student.call("sp_mlp", ndarray(X), ndarray(W1), ndarray(W2), t)
         if not close(got, _rank_rows(_dense_block(X, W1, W2), t), **TOL):
             return False
     return True

@@ -10,20 +10,11 @@ form n(n+1)/2 for the total causal work.
 
 import numpy as np
 
-from grader.checks import check, close, ndarray
+from grader.checks import check, close, ndarray, normal_matrix
 from grader.kernel import plain_data
 
 TOL = dict(rel=1e-9, abs_tol=1e-9)
 SCHEMES = ("contiguous", "zigzag")
-
-
-def _mat(rng, rows, cols, spread=1.0):
-    """A float64 matrix of normal entries with standard deviation ``spread``, like the page's rng.normal."""
-    return np.array([[rng.gauss(0.0, spread) for _ in range(cols)] for _ in range(rows)], dtype=np.float64)
-
-
-def _arr(a):
-    return ndarray(a.tolist(), "float64")
 
 
 def _dense(q, k, v, causal):
@@ -39,8 +30,8 @@ def _dense(q, k, v, causal):
 def _ring_case(rng, student, n, cp, scheme, causal):
     """One ring_attention call on drawn q, k, v, compared with dense attention."""
     d, dv = rng.randint(2, 8), rng.randint(1, 5)
-    q, k, v = _mat(rng, n, d, 2.0), _mat(rng, n, d, 2.0), _mat(rng, n, dv)
-    got = student.call("ring_attention", _arr(q), _arr(k), _arr(v), cp, scheme, causal)
+    q, k, v = normal_matrix(rng, n, d, 2.0), normal_matrix(rng, n, d, 2.0), normal_matrix(rng, n, dv)
+    got = student.call("ring_attention", ndarray(q), ndarray(k), ndarray(v), cp, scheme, causal)
     return close(got, _dense(q, k, v, causal).tolist(), **TOL)
 
 
@@ -110,10 +101,10 @@ def online_single_update(student, rng, ref):
         nq, nk, dv = rng.randint(1, 6), rng.randint(1, 7), rng.randint(1, 4)
         m = np.array([rng.uniform(-1.0, 1.0) for _ in range(nq)])
         lsum = np.array([rng.uniform(1.0, 5.0) for _ in range(nq)])
-        o = _mat(rng, nq, dv, 3.0)
-        s = _mat(rng, nq, nk) + m[:, None] + bump
-        v = _mat(rng, nk, dv)
-        got = student.call("online_softmax_update", _arr(m), _arr(lsum), _arr(o), _arr(s), _arr(v))
+        o = normal_matrix(rng, nq, dv, 3.0)
+        s = normal_matrix(rng, nq, nk) + m[:, None] + bump
+        v = normal_matrix(rng, nk, dv)
+        got = student.call("online_softmax_update", ndarray(m), ndarray(lsum), ndarray(o), ndarray(s), ndarray(v))
         exp = [x.tolist() for x in ref.online_softmax_update(m, lsum, o, s, v)]
         if not close(got, exp, **TOL):
             return False
@@ -121,9 +112,9 @@ def online_single_update(student, rng, ref):
     # rows must come back as -inf, 0, 0 (plain data carries -inf as the string '-inf'), never NaN.
     nq, nk, dv = rng.randint(2, 6), rng.randint(1, 7), rng.randint(1, 4)
     m, lsum, o = np.full(nq, -np.inf), np.zeros(nq), np.zeros((nq, dv))
-    s, v = _mat(rng, nq, nk, 2.0), _mat(rng, nk, dv)
+    s, v = normal_matrix(rng, nq, nk, 2.0), normal_matrix(rng, nk, dv)
     s[rng.sample(range(nq), rng.randint(1, nq - 1))] = -np.inf
-    got = student.call("online_softmax_update", _arr(m), _arr(lsum), _arr(o), _arr(s), _arr(v))
+    got = student.call("online_softmax_update", ndarray(m), ndarray(lsum), ndarray(o), ndarray(s), ndarray(v))
     return close(got, plain_data(ref.online_softmax_update(m, lsum, o, s, v)), **TOL)
 
 
@@ -131,7 +122,7 @@ def online_single_update(student, rng, ref):
 def online_blocks_equal_full(student, rng):
     """online_softmax_update：把一行行分数分成几块依次并入后，o / l 等于完整 softmax 的加权输出"""
     nq, nk, dv = rng.randint(1, 5), rng.randint(4, 12), rng.randint(1, 4)
-    s, v = _mat(rng, nq, nk, 4.0), _mat(rng, nk, dv)
+    s, v = normal_matrix(rng, nq, nk, 4.0), normal_matrix(rng, nk, dv)
     cuts = sorted(rng.sample(range(1, nk), rng.randint(1, min(3, nk - 1))))
     bounds = [0, *cuts, nk]
     # The first block is folded in here, so that no -inf has to cross into the kernel.
@@ -140,7 +131,9 @@ def online_blocks_equal_full(student, rng):
     p = np.exp(first - m[:, None])
     lsum, o = p.sum(axis=1), p @ v[: bounds[1]]
     for a, b in zip(bounds[1:-1], bounds[2:]):
-        got = student.call("online_softmax_update", _arr(m), _arr(lsum), _arr(o), _arr(s[:, a:b]), _arr(v[a:b]))
+        got = student.call(
+            "online_softmax_update", ndarray(m), ndarray(lsum), ndarray(o), ndarray(s[:, a:b]), ndarray(v[a:b])
+        )
         if not (isinstance(got, list) and len(got) == 3):
             return False
         m, lsum, o = (np.array(x, dtype=np.float64) for x in got)
