@@ -51,6 +51,7 @@ MAX_ANSWER_CHARS = 3000
 MAX_HITS = 256  # matches of one term kept per sentence
 MAX_HEADS = 64  # head matches tried per pattern and sentence
 MAX_REGIONS = 16  # reported/refuted spans kept per sentence
+RUN_ON_CLAUSES = 6  # a vetoed sentence this long keeps the key points of clauses outside the vetoed claim
 MAX_OPTIONS = 4  # statements kept per key point when each key point is given a statement of its own
 
 # --- student-facing notes (Chinese) ------------------------------------------------------------
@@ -201,6 +202,11 @@ def _asks_a_not_a(text: str) -> bool:
 
 
 _REPORTED = re.compile(
+    # A reporter, a few words, then the verb: 有同学据此说, 有人就会说, 网上有文章声称, 我室友坚持认为.
+    r"(?:有(?:人|些人|的人|同学|朋友|网友)|网上有(?:篇|个|些)?(?:文章|帖子|博客|人)|我(?:的)?(?:室友|同学|朋友|同事|师兄|师姐)"
+    r"|很多人|不少人|别人)[^,:;，：；。!?]{0,6}?(?:说|认为|觉得|声称|以为|宣称)(?![得的](?:对|没错|有道理))"
+    r"|(?<![a-z])(?:someone|people|a (?:blog|post|friend|classmate|tutorial)|my (?:friend|roommate|classmate)"
+    r"|some (?:people|posts?|blogs?))(?: [a-z]+){0,3}? (?:claims?|says?|thinks?|believes?)(?![a-z])|"
     r"有人(?:会)?(?:认为|说|以为|觉得|主张|声称|担心)|(?:网上|论坛)?有(?:篇|个|些|的)?(?:帖子|博客|文章|资料|教程|回答)(?:里|上|中)?(?:说|写着?|认为|称)|(?:教程|帖子|博客|文章|资料)(?:里|上|中)(?:说|写着?|认为|称)|网上(?:常|经常|都)?(?:看到|有人)?(?:说|写)|有的(?:资料|文章|博客|人|教程)(?:上)?(?:写|说|认为)|(?:很多|不少|许多|一些|常有)(?:人|博客|文章|资料)?(?:认为|以为|觉得|说|误以为|宣称|声称)|误以为|误认为|错误地认为|"
     r"以为|(?<!无)所谓|据说|听说|宣称|声称|号称|(?:有|一些|很多|不少|我|有个|我的)?(?:同学|朋友|老师|助教|网友|室友|师兄|师姐|同事|别人)(?:常|经常|都)?(?:说|认为|以为|觉得)(?![得的](?:对|没错|有道理))|有(?:一)?种说法|(?:直觉上|乍看|表面上|容易)(?:会)?(?:觉得|以为|认为)|会觉得|"
     r"(?:一种|常见的?|典型的?)(?:误解|错误观点|错误说法|说法|看法)(?:是|认为)?|乍一看|乍看之下|表面上看|some people (?:think|say|believe)"
@@ -210,21 +216,26 @@ _CONTRAST = re.compile(
 )
 _REFUTATION = re.compile(
     r"(?:这|此|该)(?:种|个|一|样)?(?:说法|观点|理解|看法|想法)?(?:其实|实际上)?(?:是|属于|并|完全)*(?:一种|一个)?(?:错误|错|误解|误区|不对|不正确|不成立)"
-    r"|(?:是|属于)(?:一种|一个)?(?:完全)?(?:错误的?|错的|误解|误区|不对的?|不正确的?)(?:说法|观点|理解|看法)?(?=[,:;。!?]|$)"
+    r"|(?:是|属于)(?:一种|一个|个)?(?:完全)?(?:常见|典型)?的?(?:错误的?|错的|误解|误区|不对的?|不正确的?)(?:说法|观点|理解|看法)?(?=[,:;。!?]|—|--|$)"
     r"|(?:这|此)(?:是|属于)?(?:一种|个)?(?:误会|不准确|不严谨)|(?:他|她|他们|对方)(?:搞|说|弄)错了"
-    r"|我(?:觉得|认为)?(?:站不住|不同意|不认同|不赞同)"
-    r"|并非如此|其实不然|事实并非如此|that'?s wrong|is wrong"
+    r"|我(?:觉得|认为)?(?:站不住|不同意|不认同|不赞同)|站不住(?:脚)?|(?:可|并)不是这样|那可不是"
+    r"|(?:(?<=[,:，：])|^)\s*没(?:有)?用(?:的|啊|呀)?\s*(?=[,:;。!?]|—|--|$)"
+    r"|并非如此|其实不然|事实并非如此|that(?:[’']s| is) (?:wrong|a myth|not true|false)|is (?:just |simply |plain |flat )?wrong"
+    r"|(?:is|that[’']s|this is) (?:a )?(?:common )?(?:misconception|myth)|this is (?:not true|false|untrue)"
 )
 _REFUTATION_START = re.compile(
     r"^(?:但|但是|然而|可是|其实)?(?:这|此|该|这种|这个|这一|这样的?)(?:说法|观点|理解|看法|想法)?(?:是|属于|并)?(?:一种|一个)?(?:完全)?(?:错误|错|误解|误区|不对|不正确|不成立)"
-    r"|^(?:其实不然|并非如此|事实并非如此|不对|错)|^(?:但|但是|然而|可是)?(?:其实|实际上|事实上)(?:并)?(?:不会|不是|不对|不然|没有|不成立)"
+    r"|^(?:this|that)(?: is|[’']s) (?:(?:just |simply )?(?:not true|wrong|false|untrue)|a (?:common )?(?:myth|misconception))"
+    r"|^(?:其实不然|并非如此|事实并非如此|不对|错|没(?:有)?用(?:的|啊|呀)?\s*(?:[,:;。!?]|$)|那可不是|可不是这样)|^(?:但|但是|然而|可是)?(?:其实|实际上|事实上)(?:并)?(?:不会|不是|不对|不然|没有|不成立)"
 )
 # A condition makes its antecedent hypothetical: it earns key points but fires no veto. A mere softener
 # (可能, 好像, 大概) does not withdraw the claim: the veto fires and is flagged for review (``_review``).
 _HEDGES = re.compile(r"如果|假如|假设|若|要是|万一|倘若|(?<![a-z])(?:if|when)\b")
 _HEDGE_FALSE = ["不可能", "尽可能", "若干"]
 _SENTENCE_END = re.compile(r"[。!?;\n]+|\.(?=\s|$)")
-_CLAUSE_END = re.compile(r"[,:，：]")
+# A dash (——, —, --) ends a clause like a comma: "…是不对的——…" closes the claim before it.
+_CLAUSE_END = re.compile(r"[,:，：]|—+|-{2,}")
+_DASH = re.compile(r"—+|-{2,}")
 # Negation reaches NEG_WORDS words back from the predicate, inside its clause: words, not characters,
 # so that long terms (LayerNorm, all-reduce, gradient accumulation) do not push the cue out. The
 # window is also capped at NEG_CHARS characters, which bounds the work per predicate.
@@ -449,24 +460,33 @@ def normalise_mapped(text: str) -> tuple[str, tuple[int, ...]]:
     for i, ch in enumerate(text):
         if i < skip_to:
             continue
-        if i in hidden:
+        if hidden and i in hidden:
             skip_to, put = hidden[i]
             chars.extend(put)
             origin.extend([i] * len(put))
             continue
-        if ch in _INVISIBLE:
-            continue
-        if ch in _LINE_BREAKS:
-            out = "\n"
-        elif "\ud800" <= ch <= "\udfff":
-            out = "\ufffd"
-        elif ch not in "\n\t" and unicodedata.category(ch) == "Cc":
-            continue
-        else:
-            out = _HOMOGLYPHS.get(ch) or unicodedata.normalize("NFKC", ch).lower()
-        chars.extend(out)
-        origin.extend([i] * len(out))
+        # Han characters and printable ASCII are left alone by NFKC; only their case may change.
+        out = ch.lower() if "\u4e00" <= ch <= "\u9fff" or " " <= ch <= "~" else _fold_char(ch)
+        if len(out) == 1:
+            chars.append(out)
+            origin.append(i)
+        elif out:
+            chars.extend(out)
+            origin.extend([i] * len(out))
     return _simplified("".join(chars)), tuple(origin)
+
+
+def _fold_char(ch: str) -> str:
+    """What one character of an answer becomes (see ``normalise_mapped``): "" when it is dropped."""
+    if ch in _INVISIBLE:
+        return ""
+    if ch in _LINE_BREAKS:
+        return "\n"
+    if "\ud800" <= ch <= "\udfff":
+        return "\ufffd"
+    if ch not in "\n\t" and unicodedata.category(ch) == "Cc":
+        return ""
+    return _HOMOGLYPHS.get(ch) or unicodedata.normalize("NFKC", ch).lower()
 
 
 def normalise(text: str) -> str:
@@ -480,9 +500,21 @@ def _safe(raw: str) -> str:
 
 
 def _mask(text: str, words: list[str]) -> str:
+    """``text`` with each of ``words`` blanked out, in list order (an earlier word wins an overlap).
+
+    One search for any of the words comes first: most windows hold none, and masking only ever
+    removes characters, so a word absent from the text cannot appear while masking.
+    """
+    if not _any_of(tuple(words)).search(text):
+        return text
     for w in words:
         text = text.replace(w, "＿" * len(w))
     return text
+
+
+@functools.lru_cache(maxsize=64)
+def _any_of(words: tuple[str, ...]) -> re.Pattern[str]:
+    return re.compile("|".join(re.escape(w) for w in words))
 
 
 def split_sentences(original: str) -> list[Sentence]:
@@ -530,8 +562,8 @@ _REPLY = re.compile(
     r"^(?:答[:：]?\s*)?(?:(?:当然|肯定|显然|确实|其实|实际上|事实上|答案是)\s*(?:也)?\s*(?=[^\s,，。;；!?]))?"
     r"(?:(?P<agree>是的|对的|对啊|没错|对|嗯|当然|yes|right)|(?P<disagree>不对|错了|错|no|wrong))?"
     r"\s*[,:，：]?\s*(?:当然|肯定|确实|其实)?\s*(?:也)?\s*"
-    r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|没有|未必|不一定|不见得|不一样|否|不)|(?P<yes>能|可以|会|是|行|需要|要|有|一样))?"
-    r"\s*(?:的|啊|呀)?\s*(?=[,:;。!?，：；]|$)"
+    r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|没有用|没用|没有|未必|不一定|不见得|不一样|否|不)|(?P<yes>能|可以|会|是|行|需要|要|有|一样))?"
+    r"\s*(?:的|啊|呀)?\s*(?=[,:;。!?，：；]|\.(?!\d)|$)"
 )
 _RHETORICAL = re.compile(r"难道|岂不|何尝|不就|不也|不是[^,:;，：；]*[吗么]")
 
@@ -603,6 +635,9 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
         k = bisect_left(refutations, m.end())
         if k < len(refutations):
             ends.append(refutations[k])
+        dash = _DASH.search(text, m.end())
+        if dash and text[m.end() : dash.start()].strip():
+            ends.append(dash.start())  # 有人说 DP 能省显存——DP 的显存其实不变: the dash ends the report
         regions.append((m.start(), min(ends), "reported"))
     if _REFUTATION_START.search(next_text):
         return "refuted", ()
@@ -642,7 +677,10 @@ def _antecedent_end(text: str, pos: int) -> int:
 # Clauses that go on with the statement before them (…，因为…，这是错的 refutes both clauses).
 _CONTINUES = re.compile(r"\s*(?:因为|所以|因此|而且|并且|从而|由于|于是|也|并|还|so|because|since|and)(?![a-z])")
 # What may stand before a refutation that points back to the clause before it (，但这是误解 / , which is wrong).
-_POINTS_BACK = re.compile(r"[\s,:，：]*(?:但是|但|其实|而且|并且|所以|因此|which|that|this|and)?\s*")
+_POINTS_BACK = re.compile(
+    r"[\s,:，：]*(?:但是|但|其实|而且|并且|所以|因此|which|that|this|and)?\s*"
+    r"(?:(?:这|此|该)(?:种|个|一|样)?(?:说法|观点|理解|看法|想法)?(?:其实|根本|完全)?)?\s*"  # 这个说法站不住脚
+)
 _NAMES_A_CLAIM = re.compile(r"(?:说法|观点|看法|想法|理解|结论|印象)[\"'”’」』)]?\s*[,:，：]\s*$")
 MAX_REFUTED_CLAUSES = 4  # clauses one refutation may reach back over: bounds the walk
 
@@ -659,10 +697,10 @@ def _refuted_start(text: str, r: int, floor: int) -> int:
         return floor
     if not _POINTS_BACK.fullmatch(text, lo, r):
         # "…的说法，至少对静态显存来说是错的": the claim judged is named in the clause before.
-        before = _clause(text, lo - 1)[0]
+        before = _clause_before(text, lo)[0]
         return max(before if _NAMES_A_CLAIM.search(text, before, lo) else lo, floor)
     for _ in range(MAX_REFUTED_CLAUSES):
-        lo = _clause(text, max(0, lo - 1))[0]
+        lo = _clause_before(text, lo)[0]
         if lo <= floor or not _CONTINUES.match(text, lo):
             break
     return max(lo, floor)
@@ -679,6 +717,15 @@ def _status_at(sentence: Sentence, pos: int) -> str:
         if start <= pos < end:
             return status
     return sentence.status
+
+
+def _clause_before(text: str, lo: int) -> tuple[int, int]:
+    """The clause before the one that starts at ``lo``: step back over its whole separator (a dash is
+    several characters), so that the walk lands in the previous clause, not inside the dash."""
+    j = max(0, lo - 1)
+    while j > 0 and text[j] in "—-" and text[j - 1] in "—-":
+        j -= 1
+    return _clause(text, j)
 
 
 def _clause(text: str, pos: int) -> tuple[int, int]:
@@ -772,7 +819,7 @@ _TAIL_NEG = re.compile(
     r"|(?:是)?不成立的?"
     r"|(?<![a-z])(?:is|are)\s+(?:not\s+(?:needed|necessary|required|true|correct|right|the\s+case)"
     r"|wrong|false|incorrect|unnecessary|untrue|a\s+myth)(?![a-z])"
-    r")\s*(?:的|了)?\s*(?=$|[,:;，：；。!?\n]|因为|所以|because|since)"
+    r")\s*(?:的|了)?\s*(?=$|[,:;，：；。!?\n]|—|--|因为|所以|because|since)"
 )
 
 
@@ -1165,7 +1212,22 @@ def load_rubric(path: Path, display: str) -> Rubric:
             )
         )
     exceptions = _prose_exceptions(data.get("prose_exceptions"), {v.id for v in vetoes}, ld)
-    return Rubric(display, key_points, vetoes, exceptions, _terms(ld, key_points, vetoes), _subjects(vetoes))
+    rubric = Rubric(display, key_points, vetoes, exceptions, _terms(ld, key_points, vetoes), _subjects(vetoes))
+    for rx in _expressions(rubric):
+        anchors(rx)  # read each term's literals now, so that scoring an answer never pays for it
+    return rubric
+
+
+def _expressions(rubric: Rubric) -> Iterator[re.Pattern[str]]:
+    """Every compiled term of a rubric: heads, subjects, groups, ``unless`` terms, the term lists."""
+    patterns = [p for kps in rubric.key_points.values() for kp in kps for p in kp.patterns]
+    patterns += [p for v in rubric.vetoes for p in v.patterns]
+    for p in patterns:
+        yield from (rx for rx in (p.head, p.subject, *p.groups, *p.unless) if rx is not None)
+    for v in rubric.vetoes:
+        yield from v.unless
+    yield from rubric.terms
+    yield from rubric.subjects
 
 
 def _subjects(vetoes: list[Veto]) -> tuple[re.Pattern[str], ...]:
@@ -1220,6 +1282,155 @@ Span = tuple[int, int]
 _Clause = tuple[int, int]  # (sentence index, start of the statement): one thing said
 
 
+# --- prefilter: literals a match must contain -------------------------------------------------
+# Most terms match in few sentences, and a regular expression that fails still tries every position.
+# Each term is therefore read once for the literal strings that any match of it must contain (one per
+# alternative), and a sentence that holds none of them is skipped without running the expression.
+# Both sides are compared lower-cased, with the only two characters that re.IGNORECASE matches to an
+# ASCII letter besides its own cases folded in (ı ~ i, ſ ~ s); a literal keeps only ASCII characters
+# and characters without case (Han, digits, punctuation), so that the test never skips a real match.
+_FOLD = str.maketrans({"ı": "i", "ſ": "s"})
+_QUANTIFIER = re.compile(r"(?:[*?+]|\{(\d*)(?:,\d*)?\})[?+]?")
+_ZERO_WIDTH_ESCAPES = frozenset("bBAZ")
+_CLASS_ESCAPES = frozenset("dDwWsS")
+MAX_ANCHOR_CACHE = 65536  # terms whose literals are remembered; a long-running grader reloads rubrics
+
+
+class _NoAnchor(Exception):
+    """A construct the literal reader does not follow: the term is always run."""
+
+
+def _folded(text: str) -> str:
+    """Text as the prefilter compares it: lower-cased, ı and ſ folded to i and s."""
+    return text.lower().translate(_FOLD)
+
+
+_anchor_cache: dict[int, tuple[re.Pattern[str], tuple[str, ...] | None]] = {}
+
+
+def anchors(rx: re.Pattern[str]) -> tuple[str, ...] | None:
+    """Folded literals of which every match of ``rx`` contains at least one; None if not known.
+
+    Cached by the pattern object's identity (the entry keeps the object alive, so an id is never
+    reused while cached): hashing a compiled pattern hashes its whole code, which would cost more
+    than the lookup saves.
+    """
+    entry = _anchor_cache.get(id(rx))
+    if entry is not None and entry[0] is rx:
+        return entry[1]
+    if len(_anchor_cache) >= MAX_ANCHOR_CACHE:
+        _anchor_cache.clear()
+    found: tuple[str, ...] | None = None
+    if not rx.flags & re.VERBOSE:
+        try:
+            need, end = _alternation(rx.pattern, 0)
+            found = need if end == len(rx.pattern) else None
+        except (_NoAnchor, IndexError):
+            found = None
+    _anchor_cache[id(rx)] = (rx, found)
+    return found
+
+
+def _alternation(p: str, i: int) -> tuple[tuple[str, ...] | None, int]:
+    """Read branches up to a closing parenthesis or the end: every branch must name a literal."""
+    need, i = _sequence(p, i)
+    options = list(need or ())
+    known = need is not None
+    while i < len(p) and p[i] == "|":
+        need, i = _sequence(p, i + 1)
+        known = known and need is not None
+        options += need or ()
+    return (tuple(dict.fromkeys(options)) if known else None), i
+
+
+def _sequence(p: str, i: int) -> tuple[tuple[str, ...] | None, int]:
+    """Read one branch: the longest run of required literal characters, or a required group's literals."""
+    choices: list[tuple[str, ...]] = []
+    run: list[str] = []
+
+    def close() -> None:
+        if run:
+            choices.append(("".join(run),))
+            run.clear()
+
+    while i < len(p) and p[i] not in "|)":
+        kind, value, i = _atom(p, i)
+        q = _QUANTIFIER.match(p, i)
+        least = 1
+        if q:
+            i = q.end()
+            least = 0 if q.group()[0] in "*?" else int(q.group(1) or 0) if q.group()[0] == "{" else 1
+        if kind == "literal" and least and _plain(value):
+            run.append(value.lower())
+            if q:
+                close()  # a repeated character ends the run it belongs to
+            continue
+        close()
+        if kind == "group" and least and value:
+            choices.append(tuple(value))
+    close()
+    if not choices:
+        return None, i
+    return max(choices, key=lambda c: min(len(s) for s in c)), i
+
+
+def _plain(ch: str) -> bool:
+    """May this character stand in a literal? ASCII, or a character without case (Han, digits)."""
+    return ch.isascii() or ch.lower() == ch == ch.upper()
+
+
+def _atom(p: str, i: int) -> tuple[str, Any, int]:
+    """One atom at p[i]: ("literal", ch), ("group", literals or None), ("other", None) or ("zero", None)."""
+    ch = p[i]
+    if ch == "\\":
+        nxt = p[i + 1]
+        if nxt.isascii() and nxt.isalnum():
+            if nxt in _ZERO_WIDTH_ESCAPES:
+                return "zero", None, i + 2
+            if nxt in _CLASS_ESCAPES:
+                return "other", None, i + 2
+            raise _NoAnchor(nxt)  # \u4e00, \x41, \1, \n...: not followed
+        return "literal", nxt, i + 2
+    if ch == "[":
+        j = i + 1 + (p[i + 1] == "^")
+        j += p[j] == "]"  # a ] right after [ or [^ is a member
+        while p[j] != "]":
+            j += 2 if p[j] == "\\" else 1
+        return "other", None, j + 1
+    if ch == "(":
+        return _group(p, i)
+    if ch == ".":
+        return "other", None, i + 1
+    if ch in "^$":
+        return "zero", None, i + 1
+    if ch in "*+?{":
+        raise _NoAnchor(ch)
+    return "literal", ch, i + 1
+
+
+def _group(p: str, i: int) -> tuple[str, Any, int]:
+    """A group at p[i] == "(": its literals, or a zero-width assertion."""
+    if p.startswith("(?#", i):
+        return "zero", None, p.index(")", i) + 1
+    if p.startswith("(?P=", i):
+        return "other", None, p.index(")", i) + 1
+    for opener, what in (("(?:", "group"), ("(?=", "zero"), ("(?!", "zero"), ("(?<=", "zero"), ("(?<!", "zero")):
+        if p.startswith(opener, i):
+            kind, start = what, i + len(opener)
+            break
+    else:
+        if p.startswith("(?P<", i):
+            kind, start = "group", p.index(">", i) + 1
+        elif p.startswith("(?", i):
+            raise _NoAnchor("(?")  # inline flags, conditionals: not followed
+        else:
+            kind, start = "group", i + 1
+    need, j = _alternation(p, start)
+    if p[j] != ")":
+        raise _NoAnchor(")")
+    return kind, (need if kind == "group" else None), j + 1
+
+
 class _Answer:
     """An answer cut into sentences, with each term's matches per sentence found once.
 
@@ -1238,14 +1449,32 @@ class _Answer:
         subjects: tuple[re.Pattern[str], ...] = (),
     ) -> None:
         self.sentences = sentences
-        self._hits: dict[tuple[int, re.Pattern[str]], list[Span]] = {}
+        self._hits: dict[tuple[int, int], list[Span]] = {}
+        self._folded = [_folded(s.text) for s in sentences]  # what the prefilter reads (see ``anchors``)
+        self._folded_all = "\n".join(self._folded)
+        self._candidates: dict[int, frozenset[int] | None] = {}  # per pattern: the sentences worth searching
+        self._live_terms: list[re.Pattern[str]] | None = None  # terms the answer may hold
+        self._term_spans: dict[int, list[Span]] = {}
         self._terms = terms
         self._grams = grams
         self.subjects = subjects
         self._barred: dict[int, str | None] = {}
         self._bare: dict[int, int | None] = {}
         self.skipped: set[str] = set()
-        self.vetoed: set[int] = set()  # sentences where a veto fired: they earn no key point
+        self.vetoed: dict[int, list[Span]] = {}  # per sentence, the clauses of each fired veto's claim
+
+    def in_vetoed_claim(self, i: int, pos: int) -> bool:
+        """Does ``pos`` of sentence i belong to a claim that fired a veto? Those earn no key point.
+
+        A sentence that states a misconception earns nothing; only in a long run-on sentence (at least
+        ``RUN_ON_CLAUSES`` clauses) do the clauses outside the vetoed claim keep their key points.
+        """
+        claims = self.vetoed.get(i, ())
+        if not claims:
+            return False
+        if len(_CLAUSE_END.findall(self.sentences[i].text)) + 1 < RUN_ON_CLAUSES:
+            return True
+        return any(lo <= pos < hi for lo, hi in claims)
 
     def barred(self, i: int) -> str | None:
         """Why sentence i earns no key point: "copied" (from the question), "list" (of terms), or None."""
@@ -1275,9 +1504,17 @@ class _Answer:
     def bare(self, i: int) -> int | None:
         """How many terms sentence i lists with nothing relating them, or None if it reads as a statement."""
         if i not in self._bare:
-            spans = [sp for rx in self._terms for sp in self.hits(i, rx)]
+            spans = self.term_spans(i)
             self._bare[i] = _bare_terms(self.sentences[i].text, spans)
         return self._bare[i]
+
+    def term_spans(self, i: int) -> list[Span]:
+        """The matches in sentence i of every term of the rubric (those the answer may hold are tried)."""
+        if i not in self._term_spans:
+            if self._live_terms is None:
+                self._live_terms = [rx for rx in self._terms if self._where(rx) != frozenset()]
+            self._term_spans[i] = [sp for rx in self._live_terms for sp in self.hits(i, rx)]
+        return self._term_spans[i]
 
     def unit(self, i: int, pos: int) -> int:
         """Where the statement holding ``pos`` in sentence i starts: its clause, cut again at connectives
@@ -1287,7 +1524,7 @@ class _Answer:
         lo, _ = _clause(s.text, pos)
         cuts = [m for m in _CONNECTIVES.finditer(s.text, lo, pos) if _whole(m, s.text)]
         if cuts:
-            inside = [sp for rx in self._terms for sp in self.hits(i, rx)]
+            inside = self.term_spans(i)
             for m in cuts:
                 if not any(a <= m.start() and m.end() <= b for a, b in inside):
                     lo = m.start()
@@ -1302,11 +1539,39 @@ class _Answer:
         return False
 
     def hits(self, i: int, rx: re.Pattern[str]) -> list[Span]:
-        """Non-overlapping matches of ``rx`` in sentence i, in order (so their ends ascend too)."""
-        key = (i, rx)
-        if key not in self._hits:
-            self._hits[key] = [m.span() for m in islice(rx.finditer(self.sentences[i].text), MAX_HITS)]
-        return self._hits[key]
+        """Non-overlapping matches of ``rx`` in sentence i, in order (so their ends ascend too).
+
+        Keyed by the pattern's identity: the rubric keeps its patterns alive while an answer is
+        scored, and hashing a compiled pattern would hash its whole code on every lookup. A sentence
+        without any literal the pattern needs (``anchors``) is not searched.
+        """
+        rid = id(rx)
+        where = self._candidates.get(rid, ())
+        if where == ():
+            where = self._where(rx)
+        if where is not None and i not in where:
+            return []
+        key = (i, rid)
+        found = self._hits.get(key)
+        if found is None:
+            found = self._hits[key] = [m.span() for m in islice(rx.finditer(self.sentences[i].text), MAX_HITS)]
+        return found
+
+    def _where(self, rx: re.Pattern[str]) -> frozenset[int] | None:
+        """The sentences that hold a literal ``rx`` needs, or None if every sentence must be searched."""
+        rid = id(rx)
+        if rid not in self._candidates:
+            need = anchors(rx)
+            found = None
+            if need is not None:
+                present = [a for a in need if a in self._folded_all]
+                found = (
+                    frozenset(k for k, text in enumerate(self._folded) if any(a in text for a in present))
+                    if present
+                    else frozenset()
+                )
+            self._candidates[rid] = found
+        return self._candidates[rid]
 
 
 def _within(spans: list[Span], lo: int, hi: int) -> Span | None:
@@ -1385,6 +1650,12 @@ def _match(
                     lo = _clause(s.text, earlier[-1][0])[0]
         if p.clause and not all(far or _within(spans, lo, hi) for spans, far in zip(groups, elsewhere)):
             continue
+        if (
+            p.subject is not None
+            and groups
+            and not _objects_in_scope(s.text, groups, elsewhere, (lo, hi, h0), heads, subjects)
+        ):
+            continue
         if p.span is not None:
             near = [(h0, h1)] + [_nearest(spans, h0) or (h0, h1) for spans in groups]
             if max(e for _, e in near) - min(b for b, _ in near) > p.span:
@@ -1400,6 +1671,42 @@ def _match(
             continue
         return _Hit((h0, h1), lo, hi, topic), None
     return None, why
+
+
+OBJECT_WORDS = 3  # words that may stand between a predicate and the object it takes (降低了每张卡的显存)
+
+
+def _objects_in_scope(
+    text: str,
+    groups: list[list[Span]],
+    elsewhere: list[bool],
+    span: tuple[int, int, int],
+    heads: list[Span],
+    subjects: list[Span],
+) -> bool:
+    """Can the predicate at ``h0`` take each of the claim's objects?
+
+    An object that follows an earlier predicate of the same pattern in the predicate's own clause
+    (V1 O … V2) is the object of that earlier predicate: in "不降低每卡显存、卡数很大时效率下降" 显存 goes with 降低, and
+    下降 is said of 效率.
+    """
+
+    lo, hi, h0 = span
+    clause_lo = _clause(text, h0)[0]
+
+    def taken(a: int) -> bool:
+        """Does a predicate end right before the object (a few words, no subject in between)?"""
+        return a >= clause_lo and any(
+            clause_lo <= e <= a
+            and _words_between(text, e, a) <= OBJECT_WORDS
+            and not any(e <= x and y <= a for x, y in subjects)
+            for _, e in heads
+        )
+
+    return all(
+        far or any(lo <= a and b <= hi and not (b <= h0 and taken(a)) for a, b in spans)
+        for spans, far in zip(groups, elsewhere)
+    )
 
 
 # A clause names its own subject when it opens (after a connective) with the name of a technique and
@@ -1511,8 +1818,6 @@ def _candidates(
                 return out, None
             continue
         for s in answer.sentences:
-            if s.index in answer.vetoed:
-                continue  # a sentence that states a misconception earns nothing
             taken: set[int] = {c for (i, c), _ in ((c, e) for c, e in out if c is not None) if i == s.index}
             while len(out) < limit:
                 hit, reason = _match(p, answer, s.index, allowed, frozenset(taken))
@@ -1522,6 +1827,8 @@ def _candidates(
                     break
                 clause = answer.unit(s.index, hit.head[0])
                 taken.add(clause)
+                if answer.in_vetoed_claim(s.index, hit.head[0]):
+                    continue  # a clause that states a misconception earns nothing
                 out.append(((s.index, clause), _evidence(s, *hit.head)))
             if len(out) >= limit:
                 return out, None
@@ -1585,10 +1892,11 @@ def score_answer(rubric: Rubric, question: str, text: str, question_text: str | 
     suppressed: list[tuple[Veto, Evidence, str]] = []
     for veto in rubric.vetoes_for(question):
         matches = list(_veto_matches(veto, answer))
-        fires = [(i, ev) for i, ev, why in matches if why is None]
+        fires = [(i, ev, claim) for i, ev, why, claim in matches if why is None]
         if fires:
             fired.append((veto, fires[0][1]))
-            answer.vetoed.update(i for i, _ in fires)
+            for i, _, claim in fires:
+                answer.vetoed.setdefault(i, []).append(claim)
         elif matches:
             suppressed.append((veto, matches[0][1], matches[0][2] or ""))
     found: list[tuple[KeyPoint, Evidence]] = []
@@ -1644,6 +1952,30 @@ def _separator(ch: str) -> bool:
     return ch.isspace() or unicodedata.category(ch)[0] == "P" or ch in _LIST_SEPARATORS
 
 
+# A terse English statement: words, an inflected verb of this course (reduces, needs, shards, kept),
+# more words; no Chinese and no list punctuation. Its verb is often a rubric term, so without this
+# rule "DP reduces memory." would read as a list of three terms. A bare verb (cut, split) is not
+# enough: in a list it is as likely a noun.
+_EN_VERB = (
+    r"(?:(?:reduc|sav|requir|replicat|stor|mov|averag|hid|scal|increas|decreas|halv|doubl|remov|rais|chang|"
+    r"us|tak|mak|giv|caus|wast|comput|communicat|synchroniz|trad|recomput|accumulat|divid|duplicat|balanc|"
+    r"rout|combin|fus|mak|overlap|shrink|fill|drain|lower|stay|remain|depend|equal|match|gather|scatter|"
+    r"need|shard|split|partition|keep|hold|send|sum|grow|fit|cost|add|drop|avoid|block|wait|stall|run|"
+    r"sync|broadcast|spread|dispatch|mean|speed|slow|lead|allow|hurt|help|cut|shrank|cop)(?:es|s|ed|d|ies)"
+    r"|kept|held|sent|grew|made|took|gave|ran|shrank|fits)"
+)
+_TERSE_ENGLISH = re.compile(rf"[a-z0-9][\w().'’+-]*(?: [\w().'’+-]+){{0,4}} {_EN_VERB} [a-z0-9][\w().'’+ -]*")
+MAX_TERSE_WORDS = 12
+
+
+def _terse_english(text: str) -> bool:
+    """Is the sentence a short English statement (subject, an inflected verb, more words)?"""
+    words = text.strip(" .!?;\n\t").strip()
+    return (
+        not _HAN.search(words) and len(words.split()) <= MAX_TERSE_WORDS and _TERSE_ENGLISH.fullmatch(words) is not None
+    )
+
+
 def _bare_terms(text: str, matches: list[Span]) -> int | None:
     """How many terms the sentence lists with nothing relating them; None if it reads as a statement.
 
@@ -1651,9 +1983,10 @@ def _bare_terms(text: str, matches: list[Span]) -> int | None:
     English function word) outside the rubric's terms or as a whole term (是), or two terms joined
     with no separator between them (切优化器状态). A list of terms separated by spaces or
     punctuation has none of these, whatever their order. ``matches`` are the spans of the rubric's terms
-    in the sentence (``MAX_HITS`` per term at most).
+    in the sentence (``MAX_HITS`` per term at most). A terse English statement (DP reduces memory)
+    reads as one too: its verb may itself be one of the rubric's terms (see ``_terse_english``).
     """
-    if _RELATION.search(text):
+    if _RELATION.search(text) or _terse_english(text):
         return None
     covered = bytearray(len(text))
     spans: list[Span] = []
@@ -1713,7 +2046,7 @@ def _frame_start(text: str, lo: int) -> int:
     for _ in range(MAX_FRAMES):
         if lo == 0:
             break
-        start = _clause(text, lo - 1)[0]
+        start = _clause_before(text, lo)[0]
         if not (_FRAME_END.search(text, start, lo) or _FRAME_OPEN.match(text, start, lo)):
             break
         lo = start
@@ -1754,28 +2087,32 @@ def _far_negation(text: str, start: int) -> bool:
     )
 
 
-def _veto_matches(veto: Veto, answer: _Answer) -> Iterator[tuple[int, Evidence, str | None]]:
-    """Every match of a veto, pattern by pattern and sentence by sentence: (sentence, evidence, reason).
+def _veto_matches(veto: Veto, answer: _Answer) -> Iterator[tuple[int, Evidence, str | None, Span]]:
+    """Every match of a veto, pattern by pattern and sentence by sentence: (sentence, evidence, reason,
+    the claim's clauses).
 
     ``reason`` is None when the veto fires, else why the match is suppressed (negated, a question,
-    an 'unless' term, ...). Bounded like ``_match``: one attempt per pattern and sentence.
+    an 'unless' term, ...). The claim's clauses run from the subject's clause to the predicate's (a
+    head pattern without a subject spans its sentence). Bounded like ``_match``: one attempt per
+    pattern and sentence.
     """
     for p in veto.patterns:
         for i, s in enumerate(answer.sentences):
             hit, why = _match(p, answer, i, ("asserted", *STATUSES))
             if hit is None:
                 if why:
-                    yield i, _evidence(s), why
+                    yield i, _evidence(s), why, (0, 0)
                 continue
             unless = _unless(veto, p, answer, i, hit)
             status = _status_at(s, hit.head[0])
+            claim = (hit.lo, hit.hi)
             if unless is not None:
-                yield i, _evidence(s, *hit.head), f"unless: {s.text[unless[0] : unless[1]]}"
+                yield i, _evidence(s, *hit.head), f"unless: {s.text[unless[0] : unless[1]]}", claim
             elif status != "asserted":
-                yield i, _evidence(s, *hit.head), status
+                yield i, _evidence(s, *hit.head), status, claim
             else:
                 ev = _evidence(s, *hit.head)
-                yield i, Evidence(ev.sentence, ev.start, ev.end, _review(veto, answer, i, hit)), None
+                yield i, Evidence(ev.sentence, ev.start, ev.end, _review(veto, answer, i, hit)), None, claim
 
 
 def veto_firings(rubric: Rubric, question: str, text: str) -> list[tuple[Veto, int, Evidence]]:
@@ -1789,7 +2126,7 @@ def veto_firings(rubric: Rubric, question: str, text: str) -> list[tuple[Veto, i
     out: list[tuple[Veto, int, Evidence]] = []
     for veto in rubric.vetoes_for(question):
         seen: set[int] = set()
-        for i, ev, why in _veto_matches(veto, answer):
+        for i, ev, why, _ in _veto_matches(veto, answer):
             if why is None and i not in seen:
                 seen.add(i)
                 out.append((veto, i, ev))

@@ -386,3 +386,110 @@ def test_a_refutation_reaches_back_to_the_clause_it_points_to(rubric: Rubric, te
 def test_a_refuted_clause_leaves_the_earlier_key_point_standing(rubric: Rubric) -> None:
     result = score_answer(rubric, "q1", "每个副本都保存完整的参数，DP 能降低每卡显存是错的。")
     assert result.vetoes == [] and "full-copy" in {k.id for k, _ in result.found}
+
+
+# --- round 5: dashes, more refutations, punctuated replies, run-ons, terse English, reporters ---
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("DDP 能降低每卡显存是不对的——每张卡照样存着全部状态。", False),
+        ("DDP 能降低每卡显存是不对的--每张卡照样存着全部状态。", False),
+        ("在这个例子里数据并行每卡显存会变少——这一步要靠 ZeRO 才做得到。", True),  # unless beyond the dash
+        ("不少人以为 DP 能降低每卡显存——其实每张卡仍是完整的一份。", False),
+    ],
+)
+def test_a_dash_ends_a_clause(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "数据并行能降低每卡显存，这个说法站不住脚。",
+        "数据并行能降低每卡显存是个常见误解。",
+        "数据并行能降低每卡显存是常见的误区。",
+        "数据并行能降低每卡显存，那可不是。",
+        "数据并行能降低每卡显存，没用的。",
+        "DP 能降低每卡显存？没用的。",
+        "DP reduces memory, which is just wrong.",
+        "DP reduces memory? That's a myth.",
+        "Saying DP reduces memory is a misconception.",
+        "DP reduces memory. This is not true.",
+    ],
+)
+def test_more_refutation_forms_withdraw_the_claim(rubric_en: Rubric, text: str) -> None:
+    assert "dp-cuts-memory" not in vetoes(rubric_en, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("DP 能降低每卡显存吗？Yes.", True),
+        ("DP 能降低每卡显存吗？Yes, 因为每卡只存一部分。", True),
+        ("DP 能降低每卡显存吗？No.", False),
+        ("DP 能降低每卡显存吗？是的。显存直接少了一截。", True),
+        ("DP 不能降低每卡显存吗？No, 它能。", True),
+    ],
+)
+def test_replies_with_punctuation_answer_the_question(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+def test_a_long_run_on_keeps_the_key_points_outside_its_vetoed_claim(rubric: Rubric) -> None:
+    run_on = (
+        "我算了一下，环形里每卡发 2(p-1)M/p，前向大约 4N 次，另外，数据并行能把每卡显存降到一半，毕竟卡多了，就这样"
+    )
+    res = score_answer(rubric, "q1", run_on)
+    assert [v.id for v, _ in res.vetoes] == ["dp-cuts-memory"]
+    assert {k.id for k, _ in res.found} == {"ring-volume", "four-n"}
+    short = "数据并行每卡显存降到一半，每卡发 2(p-1)M/p。"  # two clauses: the whole sentence earns nothing
+    assert key_points(rubric, short) == set()
+
+
+def test_terse_english_reads_as_a_statement_but_a_keyword_list_does_not(rubric_en: Rubric) -> None:
+    assert "dp-cuts-memory" in vetoes(rubric_en, "DP reduces per-GPU memory.")
+    assert key_points_en(rubric_en, "Every replica keeps full copies.") == {"full-copy"}
+    assert key_points_en(rubric_en, "replica keeps full") == {"full-copy"}
+    assert key_points_en(rubric_en, "replica, keeps, full") == set()  # separated terms: a list
+    assert key_points_en(rubric_en, "replica\nkeeps\nfull") == set()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "有同学据此说数据并行能降低每卡显存，但其实每卡仍是全套。",
+        "有人就会说数据并行能降低每卡显存。",
+        "网上有文章声称数据并行能降低每卡显存。",
+        "我室友坚持认为数据并行能降低每卡显存。",
+        "A blog post I read claims DP reduces memory.",
+    ],
+)
+def test_a_report_cue_may_hold_words_between_reporter_and_verb(rubric_en: Rubric, text: str) -> None:
+    assert "dp-cuts-memory" not in vetoes(rubric_en, text)
+
+
+def test_the_reported_clause_ends_at_a_contrast(rubric: Rubric) -> None:
+    assert "dp-cuts-memory" in vetoes(rubric, "有同学据此说过这个，但数据并行确实能降低每卡显存。")
+
+
+@pytest.fixture(scope="module")
+def rubric_en(tmp_path_factory: pytest.TempPathFactory) -> Rubric:
+    """The same rubric with English words for the predicate and for the full-copy key point."""
+    text = RUBRIC.replace("'省', '降到', '变少'", "'省', '降到', '变少', 'reduces?', 'cuts?'")
+    text = text.replace("['副本', '每张卡', '每卡']", "['副本', '每张卡', '每卡', 'replicas?']")
+    text = text.replace("['保存', '存']", "['保存', '存', 'keeps?']").replace(
+        "['完整', '全部', '全套']", "['完整', '全部', '全套', 'full']"
+    )
+    path = tmp_path_factory.mktemp("rubric_en") / "rubric.yml"
+    path.write_text(text, encoding="utf-8")
+    return load_rubric(path, "rubric.yml")
+
+
+def key_points_en(rubric: Rubric, text: str) -> set[str]:
+    return key_points(rubric, text)
+
+
+def test_an_object_goes_with_the_predicate_right_before_it(rubric: Rubric) -> None:
+    # 显存 is the object of the negated 降低; the later 变少 is said of something else.
+    assert "dp-cuts-memory" not in vetoes(rubric, "数据并行的局限是不降低每卡显存、规模大了吞吐变少。")
+    assert "dp-cuts-memory" in vetoes(rubric, "数据并行让每卡显存变少。")

@@ -3,9 +3,13 @@ a verb's complement negates (得不到), compound nouns with 不/非 do not, and
 
 from __future__ import annotations
 
+import re
+import string
+import sys
+
 import pytest
 
-from grader.rubric import negated, split_sentences
+from grader.rubric import _folded, anchors, negated, split_sentences
 
 
 def status_at(text: str, word: str) -> str:
@@ -225,3 +229,76 @@ def test_only_the_antecedent_of_a_condition_is_hypothetical(text: str, word: str
 )
 def test_a_refutation_refutes_the_clauses_it_points_back_to(text: str, word: str, status: str) -> None:
     assert status_at(text, word.lower()) == status
+
+
+# --- the literal prefilter: it may only skip sentences where a term cannot match ---------------
+@pytest.mark.parametrize(
+    ("pattern", "text"),
+    [
+        (r"(?<![a-z0-9_])(?:dp)(?![a-z0-9_])|(?:数据并行)", "我们用 DP 训练"),
+        (r"(?:(砍|省|少)(了|掉)?(一半|50 ?%))", "显存省掉50%"),
+        (r"zero-?1[^。]{0,30}优化器", "zero1 只切分了优化器"),
+        (r"(?:all[-_ ]?reduce)+之后", "allreduce之后"),
+        (r"\(p-1\)m", "通信量是 (P-1)M"),
+        (r"distributed", "dıstributed"),  # re.IGNORECASE reads the dotless ı as i
+        (r"sharding", "ſharding"),  # and the long ſ as s
+        (r"(?:(?P<x>梯度)(?P=x))?同步", "梯度同步"),
+    ],
+)
+def test_the_prefilter_never_skips_a_sentence_where_a_term_matches(pattern: str, text: str) -> None:
+    rx = re.compile(pattern, re.IGNORECASE)
+    need = anchors(rx)
+    assert rx.search(text) and need is not None
+    assert any(a in _folded(text) for a in need)
+
+
+@pytest.mark.parametrize("pattern", [r"\u6570据", r"(?i)dp", r"[ab]", r"a|.", r"(?:x)?"])
+def test_a_term_the_prefilter_cannot_read_is_always_searched(pattern: str) -> None:
+    assert anchors(re.compile(pattern)) is None
+
+
+def test_the_prefilter_folds_every_character_that_ignorecase_matches_to_a_letter() -> None:
+    """ı and ſ are the only characters besides its cases that re.IGNORECASE matches to an ASCII letter."""
+    every = "".join(chr(n) for n in range(sys.maxunicode + 1) if not 0xD800 <= n <= 0xDFFF)
+    for letter in string.ascii_lowercase:
+        for ch in set(re.findall(letter, every, re.IGNORECASE)):
+            assert letter in _folded(ch), (letter, hex(ord(ch)))
+
+
+# --- round 5: dashes, reporters with inner words, refutations, punctuated replies --------------
+@pytest.mark.parametrize(
+    ("text", "word", "status"),
+    [
+        ("说流水线没有气泡是不对的——气泡一直都在。", "没有气泡", "refuted"),
+        ("说流水线没有气泡是不对的——气泡一直都在。", "一直", "asserted"),
+        ("有人说流水线没有气泡——我的看法是气泡一直都在。", "一直", "asserted"),
+        ("有同学据此说流水线没有气泡。", "没有气泡", "reported"),
+        ("我师兄一直坚持认为流水线没有气泡。", "没有气泡", "reported"),
+        ("网上有篇文章就声称流水线没有气泡。", "没有气泡", "reported"),
+        ("流水线没有气泡，这种说法站不住脚。", "没有气泡", "refuted"),
+        ("pipelines have no bubble, that's a myth.", "bubble", "refuted"),
+        ("pipelines have no bubble is just wrong.", "bubble", "refuted"),
+    ],
+)
+def test_dashes_reporters_and_refutations(text: str, word: str, status: str) -> None:
+    assert status_at(text, word) == status
+
+
+def test_a_dash_ends_the_negation_scope() -> None:
+    text = "流水线并不复杂——气泡会变小。"
+    s = split_sentences(text)[0]
+    assert not negated(s.text, s.text.index("变小"), s.text.index("变小") + 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "answered"),
+    [
+        ("流水线会有气泡吗？Yes.", "positive"),
+        ("流水线会有气泡吗？No.", "negative"),
+        ("流水线会有气泡吗？Yes, 填充和排空时都有。", "positive"),
+        ("流水线会有气泡吗？是的。填充阶段就有。", "positive"),
+        ("加卡能省显存吗？没用的。", "negative"),
+    ],
+)
+def test_punctuated_replies_answer_the_question(text: str, answered: str) -> None:
+    assert split_sentences(text)[0].answered == answered
