@@ -959,7 +959,7 @@ class _Loader:
         self.lexicon: dict[str, list[str]] = {}
         self.positions = _positions(text)
 
-    def item_line(self, keys: tuple[str, ...], index: int) -> int | None:
+    def item_line(self, keys: tuple[str | int, ...], index: int) -> int | None:
         """The 1-based line of item ``index`` of the list at ``keys``, as the YAML parser saw it."""
         node: Any = self.positions
         try:
@@ -1003,6 +1003,43 @@ class _Loader:
             return re.compile("|".join(parts), re.IGNORECASE)
         except re.error as exc:
             raise self.fail(where, f"{where}: invalid regular expression: {exc}") from None
+
+    def unless(self, raw: dict[str, Any], where: str) -> list[re.Pattern[str]]:
+        """``unless:`` is a list of terms; a bare string would otherwise be read one character at a time."""
+        terms = raw.get("unless", [])
+        if not isinstance(terms, list):
+            raise self.fail(where, f"{where}: 'unless' must be a list of terms, e.g. unless: ['zero', 'fsdp']")
+        return [self.regex(u, where) for u in terms]
+
+    def context(self, raw: dict[str, Any], where: str) -> int:
+        value = raw.get("context", 0)
+        if value not in (0, 1) or isinstance(value, bool):
+            raise self.fail(
+                where, f"{where}: 'context' must be 0 or 1 (1: the previous sentence may supply the subject)"
+            )
+        return int(value)
+
+    def examples(self, raw: dict[str, Any], index: int, vid: str, where: str) -> tuple[list[str], list[str]]:
+        """A veto's ``fire``/``keep`` sentences, each a string (an unquoted ``a: b`` would load as a mapping)."""
+        examples = raw.get("examples") or {}
+        if not isinstance(examples, dict) or set(examples) - {"fire", "keep"}:
+            raise self.fail(where, f"veto {vid}: 'examples' must map 'fire' and 'keep' to lists of sentences")
+        lists: list[list[str]] = []
+        for kind in ("fire", "keep"):
+            texts = examples.get(kind) or []
+            if not isinstance(texts, list):
+                raise self.fail(where, f"veto {vid}: examples '{kind}' must be a list of sentences")
+            for n, text in enumerate(texts):
+                if not isinstance(text, str) or not text.strip():
+                    line = self.item_line(("vetoes", index, "examples", kind), n)
+                    raise SourceError(
+                        self.path,
+                        line or self.line(where),
+                        f"veto {vid}: {kind} example {n + 1} must be a sentence, got {text!r}; "
+                        "put it in quotes (an unquoted ': ' makes YAML read a mapping)",
+                    )
+            lists.append(list(texts))
+        return lists[0], lists[1]
 
     def pattern(self, raw: Any, where: str) -> Pattern:
         if not isinstance(raw, dict):
@@ -1048,9 +1085,9 @@ class _Loader:
             [self.regex(g, where) for g in groups],
             polarity,
             span,
-            int(raw.get("context", 0)),
+            self.context(raw, where),
             bool(raw.get("clause", False)),
-            [self.regex(u, where) for u in raw.get("unless", [])],
+            self.unless(raw, where),
         )
 
     def claim(self, raw: dict[str, Any], where: str) -> Pattern:
@@ -1081,9 +1118,9 @@ class _Loader:
             self.regex(claim["predicate"], where),
             [self.regex(g, where) for g in groups],
             polarity,
-            context=int(raw.get("context", 0)),
+            context=self.context(raw, where),
             clause=True,
-            unless=[self.regex(u, where) for u in raw.get("unless", [])],
+            unless=self.unless(raw, where),
             subject=self.regex(claim["subject"], where),
         )
 
@@ -1187,7 +1224,7 @@ def load_rubric(path: Path, display: str) -> Rubric:
             raise ld.fail(f"{qid}:", f"the key points of {qid} add up to {total:g}, not {QUESTION_POINTS}")
         key_points[qid] = kps
     vetoes = []
-    for raw in data.get("vetoes") or []:
+    for index, raw in enumerate(data.get("vetoes") or []):
         vid = raw.get("id") if isinstance(raw, dict) else None
         if not isinstance(vid, str):
             raise ld.fail("vetoes:", "every veto needs an 'id'")
@@ -1198,7 +1235,7 @@ def load_rubric(path: Path, display: str) -> Rubric:
         if not isinstance(raw.get("says"), str) or not raw["says"].strip():
             raise ld.fail(where, f"veto {vid}: needs 'says:', the misconception in one sentence (shown to the student)")
         explain = _required_text(raw, "explain", f"veto {vid}", display, ld.line(where))
-        examples = raw.get("examples") or {}
+        fire, keep = ld.examples(raw, index, vid, where)
         vetoes.append(
             Veto(
                 vid,
@@ -1206,9 +1243,9 @@ def load_rubric(path: Path, display: str) -> Rubric:
                 raw["says"].strip(),
                 explain,
                 ld.patterns(raw, where),
-                [ld.regex(u, where) for u in raw.get("unless", [])],
-                list(examples.get("fire", [])),
-                list(examples.get("keep", [])),
+                ld.unless(raw, where),
+                fire,
+                keep,
             )
         )
     exceptions = _prose_exceptions(data.get("prose_exceptions"), {v.id for v in vetoes}, ld)

@@ -119,6 +119,45 @@ def test_malformed_rubric_is_located(tmp_path: Path, body, fragment):
     assert fragment in str(info.value) and str(info.value).startswith("solutions/lesson09/rubric.yml")
 
 
+VETO_RUBRIC = """\
+questions:
+  q1: {key_points: [{id: k, points: 2, says: s, hint: h, any: [{head: x}]}]}
+  q2: {key_points: [{id: k, points: 2, says: s, hint: h, any: [{head: x}]}]}
+  q3: {key_points: [{id: k, points: 2, says: s, hint: h, any: [{head: x}]}]}
+vetoes:
+  - id: v
+    says: 误解
+    explain: 为什么错
+    any: [{head: x}]
+"""
+
+
+@pytest.mark.parametrize(
+    "tail, line, fragment",
+    [
+        # An unquoted example holding ": " loads as a mapping, not a sentence.
+        (
+            "    examples:\n      fire:\n        - 一句\n        - 说明: DP 省显存\n",
+            13,
+            "fire example 2 must be a sentence",
+        ),
+        ("    examples:\n      keep: 不是列表\n", 6, "examples 'keep' must be a list"),
+        ("    examples: [a, b]\n", 6, "'examples' must map 'fire' and 'keep'"),
+        # A bare string would be read one character at a time, each character a term.
+        ("    unless: zero\n", 6, "'unless' must be a list of terms"),
+        ("    any: [{head: x, context: two}]\n", 6, "'context' must be 0 or 1"),
+    ],
+)
+def test_malformed_veto_is_located(tmp_path: Path, tail, line, fragment):
+    body = VETO_RUBRIC.replace("    any: [{head: x}]\n", "") + tail if "any:" in tail else VETO_RUBRIC + tail
+    path = tmp_path / "rubric.yml"
+    path.write_text(body, encoding="utf-8")
+    with pytest.raises(SourceError) as info:
+        load_rubric(path, "solutions/lesson09/rubric.yml")
+    assert fragment in str(info.value)
+    assert str(info.value).startswith(f"solutions/lesson09/rubric.yml:{line}:")  # the example's line, else the veto's
+
+
 KEY_POINT = "      - id: {kid}\n        points: 1\n{fields}        any: [{{head: x}}]\n"
 BOTH = "        says: 要点\n        hint: 提示\n"
 
