@@ -24,6 +24,7 @@ import functools
 import os
 import re
 import shutil
+import sys
 import tempfile
 import unicodedata
 from bisect import bisect_left, bisect_right
@@ -178,29 +179,53 @@ _FALSE_CUES = [
     "了不起",
     "大不了",
     "说不定",
+    "大差不差",  # "about the same": neither a negation nor an A-not-A
+    "别忘",  # 别忘了 X: a reminder that X holds
 ]
+_FALSE_CUES_AFTER_YUQI = [*_FALSE_CUES, "不如"]
 _POST_NEG = re.compile(r"^(?:不了|不下|不到|不动|不成|不起|不开|不完)")
 _A_NOT_A = re.compile(r"([\u4e00-\u9fff])[不没]\1")
 _TERMINATORS = re.compile(r"但是|但|然而|而是|可是|却|所以|因此|因为|由于|否则|的时候|时候|时|—+|but")
 _CAUSAL = frozenset({"所以", "因此", "因为", "由于"})  # terminators that a negation right before them reaches across
 _QUESTION_END = re.compile(r"(?:吗|么|呢)\s*[?？]?\s*$|[?？]\s*$")
-_QUESTION_CUES = re.compile(r"是否|难道|whether")
+_QUESTION_CUES = re.compile(r"难道")  # a rhetorical question wherever it stands
+# 是否 / whether and A-not-A forms ask only when nothing declarative follows them (see ``_asks``).
+_WHETHER = re.compile(r"是否|whether")
+# A sentence closed by a full stop is a statement, whatever it embeds (开不开重计算，计算量都差不多。).
+_FULL_STOP = re.compile(r"[。.!;]\s*$")
 # An A-not-A inside a statement that says it does not matter (用不用 ZeRO 都一样) asks nothing.
 _WHETHER_OR_NOT = re.compile(
     r"都(?:一样|行|可以|相同|没关系|无所谓|不影响)|没(?:有)?(?:什么)?关系|无关|区别不大|影响(?:都)?不大|无所谓|不影响"
 )
 # A-not-A after a verb that embeds it (只看有没有 kernel 在跑, 取决于是不是) is the object, not a question.
-_EMBEDS = re.compile(r"(?:看|取决于|判断|知道|决定|在于|关心|管|检查|确认|问|无论|不管)\s*$")
+_EMBEDS = re.compile(r"看|取决于|判断|知道|决定|在于|关心|管|检查|确认|确定|问|无论|不论|不管|区别")
+EMBED_CHARS = 12  # how far before 是否 / an A-not-A an embedding verb is looked for, within its clause
 
 
-def _asks_a_not_a(text: str) -> bool:
-    """Does an A-not-A form (能不能, 有没有) make this sentence a question?"""
-    if _WHETHER_OR_NOT.search(text):
+def _asks(text: str) -> bool:
+    """Does 是否 / whether or an A-not-A form (能不能, 有没有) make this sentence a question?
+
+    Only when it is the last thing the sentence says: an unpunctuated sentence whose last clause holds
+    it, not after a verb that embeds it (判断路由是否均衡, 看有没有). A sentence closed by a full stop,
+    or whose A-not-A clause is followed by a statement clause, is a claim that merely mentions a choice
+    (开不开重计算，计算量都差不多), and reading it as a question would drop the claim.
+    """
+    if _FULL_STOP.search(text) or _WHETHER_OR_NOT.search(text):
         return False
     masked = _mask(text, _FALSE_CUES)
-    return any(not _EMBEDS.search(masked[max(0, m.start() - 4) : m.start()]) for m in _A_NOT_A.finditer(masked))
+    last = 0
+    for c in _CLAUSE_END.finditer(masked):
+        last = c.end()
+    cues = [m for m in _WHETHER.finditer(masked, last) if _whole(m, text)]
+    cues += list(_A_NOT_A.finditer(masked, last))
+    return any(not _EMBEDS.search(text, max(last, m.start() - EMBED_CHARS), m.start()) for m in cues)
 
 
+_PEOPLE = (
+    r"同桌|室友|舍友|师弟|师妹|师兄|师姐|学长|学姐|学弟|学妹|同学|队友|同事|朋友|老师|助教|导师|网友|别人"
+    r"|隔壁组|组里有人|组里的人|组长|同组的人"
+)
+_SAYS = r"(?:说|写|讲|担心|觉得|以为|认为|坚持)"
 _REPORTED = re.compile(
     # A reporter, a few words, then the verb: 有同学据此说, 有人就会说, 网上有文章声称, 我室友坚持认为.
     r"(?:有(?:人|些人|的人|同学|朋友|网友)|网上有(?:篇|个|些)?(?:文章|帖子|博客|人)|我(?:的)?(?:室友|同学|朋友|同事|师兄|师姐)"
@@ -208,8 +233,18 @@ _REPORTED = re.compile(
     r"|(?<![a-z])(?:someone|people|a (?:blog|post|friend|classmate|tutorial)|my (?:friend|roommate|classmate)"
     r"|some (?:people|posts?|blogs?))(?: [a-z]+){0,3}? (?:claims?|says?|thinks?|believes?)(?![a-z])|"
     r"有人(?:会)?(?:认为|说|以为|觉得|主张|声称|担心)|(?:网上|论坛)?有(?:篇|个|些|的)?(?:帖子|博客|文章|资料|教程|回答)(?:里|上|中)?(?:说|写着?|认为|称)|(?:教程|帖子|博客|文章|资料)(?:里|上|中)(?:说|写着?|认为|称)|网上(?:常|经常|都)?(?:看到|有人)?(?:说|写)|有的(?:资料|文章|博客|人|教程)(?:上)?(?:写|说|认为)|(?:很多|不少|许多|一些|常有)(?:人|博客|文章|资料)?(?:认为|以为|觉得|说|误以为|宣称|声称)|误以为|误认为|错误地认为|"
-    r"以为|(?<!无)所谓|据说|听说|宣称|声称|号称|(?:有|一些|很多|不少|我|有个|我的)?(?:同学|朋友|老师|助教|网友|室友|师兄|师姐|同事|别人)(?:常|经常|都)?(?:说|认为|以为|觉得)(?![得的](?:对|没错|有道理))|有(?:一)?种说法|(?:直觉上|乍看|表面上|容易)(?:会)?(?:觉得|以为|认为)|会觉得|"
+    r"以为|据说|听说|宣称|声称|号称|有(?:一)?种说法|"
+    # A person (同桌, 室友, 隔壁组, 组里有人) or 小+one-character name, then within a few words a verb of
+    # saying or believing: 同桌说, 室友跟我说, 学长以为, 小王也说. Not 说得对 / 说明 / 说法.
+    rf"(?:{_PEOPLE}|(?:(?<![\u4e00-\u9fff])|(?<=[听跟和问]))小[\u4e00-\u9fff](?=(?:跟我|和我|对我|也|还|就|一直)?{_SAYS}))"
+    rf"[^,:;，：；。!?]{{0,6}}?{_SAYS}(?![得的](?:对|没错|有道理)|明|法|错)(?<![写讲](?=的))|"
+    r"(?:直觉上|乍看|表面上|容易)(?:会)?(?:觉得|以为|认为)|会觉得|"
     r"(?:一种|常见的?|典型的?)(?:误解|错误观点|错误说法|说法|看法)(?:是|认为)?|乍一看|乍看之下|表面上看|some people (?:think|say|believe)"
+)
+# A correction by the student ends a report (同桌说 X，我算了一下…): what follows is the student's own.
+_CORRECTION = re.compile(
+    r"我(?:纠正|指出|提醒|算了(?:一下|下)?|查了|验证了|觉得不对|认为不对|不这么看)"
+    r"|(?:这|那)(?:句)?话(?:不对|有问题|不成立|站不住)|(?:他|她|他们|对方)(?:忘了|漏了|搞错了|弄错了|说错了|混淆了)"
 )
 _CONTRAST = re.compile(
     r"但是|但|然而|可是|(?<=[,，])\s*可(?![以能是见否])|实际上|其实|事实上|而是|后来|现在(?:我)?(?:知道|明白)|however|actually"
@@ -220,6 +255,7 @@ _REFUTATION = re.compile(
     r"|(?:这|此)(?:是|属于)?(?:一种|个)?(?:误会|不准确|不严谨)|(?:他|她|他们|对方)(?:搞|说|弄)错了"
     r"|我(?:觉得|认为)?(?:站不住|不同意|不认同|不赞同)|站不住(?:脚)?|(?:可|并)不是这样|那可不是"
     r"|(?:(?<=[,:，：])|^)\s*没(?:有)?用(?:的|啊|呀)?\s*(?=[,:;。!?]|—|--|$)"
+    r"|(?:那)?就(?:大错特错|错|不对)了(?=[,:;。!?]|—|--|$)"  # 说整个耗时跟 p 无关就错了
     r"|并非如此|其实不然|事实并非如此|that(?:[’']s| is) (?:wrong|a myth|not true|false)|is (?:just |simply |plain |flat )?wrong"
     r"|(?:is|that[’']s|this is) (?:a )?(?:common )?(?:misconception|myth)|this is (?:not true|false|untrue)"
 )
@@ -230,11 +266,45 @@ _REFUTATION_START = re.compile(
 )
 # A condition makes its antecedent hypothetical: it earns key points but fires no veto. A mere softener
 # (可能, 好像, 大概) does not withdraw the claim: the veto fires and is flagged for review (``_review``).
-_HEDGES = re.compile(r"如果|假如|假设|若|要是|万一|倘若|(?<![a-z])(?:if|when)\b")
+_HEDGES = re.compile(r"如果|假如|假设|若|要是|万一|倘若|一旦|(?<![a-z])(?:if|when)\b")
 _HEDGE_FALSE = ["不可能", "尽可能", "若干"]
 _SENTENCE_END = re.compile(r"[。!?;\n]+|\.(?=\s|$)")
 # A dash (——, —, --) ends a clause like a comma: "…是不对的——…" closes the claim before it.
-_CLAUSE_END = re.compile(r"[,:，：]|—+|-{2,}")
+# A comma inside brackets of formula or code, as in a shape (b,s,h) or f(x, y), separates items, not
+# clauses. A bracketed Chinese aside (比如 TP，通信多) may hold clauses of its own, so its commas cut.
+BRACKET_CHARS = 80
+_SEPARATOR = re.compile(r"[,:，：]|—+|-{2,}")
+_FORMULA_BRACKET = re.compile(rf"[(\[{{][^()\[\]{{}}\u3400-\u9fff]{{1,{BRACKET_CHARS}}}[)\]}}]")
+
+
+@functools.lru_cache(maxsize=1024)
+def _bracket_masked(text: str) -> str:
+    """``text`` with the separators inside a formula's brackets blanked, same length (so offsets hold)."""
+    if not any(c in text for c in "([{"):
+        return text
+    return _FORMULA_BRACKET.sub(lambda m: _SEPARATOR.sub(lambda d: "＿" * len(d.group()), m.group()), text)
+
+
+def _in_formula_bracket(text: str, i: int) -> bool:
+    """Is the separator at ``i`` inside a bracket of formula or code (no Chinese inside)?"""
+    return _bracket_masked(text)[i] == "＿" and text[i] != "＿"
+
+
+class _ClauseEnds:
+    """Clause separators (，： and a dash), less those inside a formula's brackets.
+
+    It offers the two calls the engine makes of a compiled pattern, so every clause walk agrees; the
+    search runs on the masked text, so its cost stays that of one regular expression.
+    """
+
+    def finditer(self, text: str, pos: int = 0, endpos: int = sys.maxsize) -> Iterator[re.Match[str]]:
+        return _SEPARATOR.finditer(_bracket_masked(text), pos, endpos)
+
+    def search(self, text: str, pos: int = 0) -> re.Match[str] | None:
+        return _SEPARATOR.search(_bracket_masked(text), pos)
+
+
+_CLAUSE_END = _ClauseEnds()
 _DASH = re.compile(r"—+|-{2,}")
 # Negation reaches NEG_WORDS words back from the predicate, inside its clause: words, not characters,
 # so that long terms (LayerNorm, all-reduce, gradient accumulation) do not push the cue out. The
@@ -383,7 +453,7 @@ def _negates(m: re.Match[str], text: str, offset: int = 0) -> bool:
 
 # Adverbs that the segmenter glues to a negation cue (绝不, 毫无, 从未, 并非); the word still negates.
 _NEG_ADVERBS = frozenset(
-    "绝 毫 从 并 决 永 尚 也 都 就 还 亦 而 仍 均 皆 全 根本 完全 丝毫 始终 从来 绝对 一概 几乎 压根".split()
+    "绝 毫 从 并 决 永 尚 也 都 就 还 亦 而 仍 均 皆 全 根本 完全 丝毫 始终 从来 绝对 一概 几乎 压根 千万".split()
 )
 
 
@@ -608,6 +678,24 @@ def _asks_negatively(text: str) -> bool:
     return any(_negates(m, text) for m in _CUE_RE.finditer(masked))
 
 
+# Verbs that embed a yes/no question as their object; the concessive 不管/无论/不论 are not among them,
+# since the clause they open is followed by an asserted main clause (不管够不够都应该开).
+_EMBEDDING_VERBS = re.compile(r"看|取决于|判断|知道|决定|在于|关心|检查|确认|确定|问|区别")
+
+
+def _embedded_questions(text: str) -> list[tuple[int, int, str]]:
+    """Spans of a statement that an embedding verb asks about (判断路由是否均衡, 看有没有 kernel 在跑):
+    the sentence is no question, but what 是否 / the A-not-A leads into is not asserted either."""
+    masked = _mask(text, _FALSE_CUES)
+    cues = [m for m in _WHETHER.finditer(masked) if _whole(m, text)] + list(_A_NOT_A.finditer(masked))
+    spans: list[tuple[int, int, str]] = []
+    for m in cues[:MAX_REGIONS]:
+        lo, hi = _clause(text, m.start())
+        if _EMBEDDING_VERBS.search(text, max(lo, m.start() - EMBED_CHARS), m.start()):
+            spans.append((m.start(), hi, "question"))
+    return spans
+
+
 def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str], ...]]:
     """Whole-sentence status, plus spans with a status of their own (reported or refuted parts).
 
@@ -616,11 +704,7 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
     words, so the 要是 inside 主要是 is no hedge.
     """
     stripped = text.strip()
-    if (
-        _QUESTION_END.search(stripped)
-        or any(_whole(m, text) for m in _QUESTION_CUES.finditer(text))
-        or _asks_a_not_a(text)
-    ):
+    if _QUESTION_END.search(stripped) or any(_whole(m, text) for m in _QUESTION_CUES.finditer(text)) or _asks(text):
         return "question", ()
     contrasts = [m.span() for m in _CONTRAST.finditer(text)]
     contrast_starts = [a for a, _ in contrasts]
@@ -635,6 +719,9 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
         k = bisect_left(refutations, m.end())
         if k < len(refutations):
             ends.append(refutations[k])
+        correction = _CORRECTION.search(text, m.end())
+        if correction:
+            ends.append(correction.start())
         dash = _DASH.search(text, m.end())
         if dash and text[m.end() : dash.start()].strip():
             ends.append(dash.start())  # 有人说 DP 能省显存——DP 的显存其实不变: the dash ends the report
@@ -644,6 +731,7 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
     for r in refutations:
         k = bisect_right(contrast_ends, r)  # the last contrast word that ends before the refutation
         regions.append((_refuted_start(text, r, contrast_ends[k - 1] if k else 0), r, "refuted"))
+    regions.extend(_embedded_questions(text))
     masked = _mask(text, _HEDGE_FALSE)
     condition = next((m for m in _HEDGES.finditer(masked) if _whole(m, text) and _conditional(m, masked)), None)
     if condition is None:
@@ -669,9 +757,27 @@ def _antecedent_end(text: str, pos: int) -> int:
     """The end of the antecedent of a condition whose cue ends at ``pos``: a clause boundary or a
     consequent word (就, 那么, then) read as a whole word (the 那 of 那个 opens nothing)."""
     for m in _CONSEQUENT.finditer(text, pos):
-        if m.group() in ",:，：" or _whole(m, text):
+        if m.group() in ",:，：":
+            if not _in_formula_bracket(text, m.start()):
+                return m.start()
+        elif _whole(m, text) and not _inner_jiu(text, m):
             return m.start()
     return len(text)
+
+
+# 就 right after these words is an adverb inside the antecedent (如果 all-reduce 本身就求平均), not the
+# start of the consequent, when a later clause opens the consequent with 那/那么/则.
+_INNER_JIU = re.compile(r"(?:本身|本来|早|也|都)\s*$")
+_LATER_CONSEQUENT = re.compile(r"[,:，：]\s*(?:那么|那就|那|则)(?!个|些|种|样|里|儿)")
+
+
+def _inner_jiu(text: str, m: re.Match[str]) -> bool:
+    """Is this 就 an adverb inside the antecedent rather than the start of the consequent?"""
+    return (
+        m.group() == "就"
+        and bool(_INNER_JIU.search(text, max(0, m.start() - 2), m.start()))
+        and bool(_LATER_CONSEQUENT.search(text, m.end()))
+    )
 
 
 # Clauses that go on with the statement before them (…，因为…，这是错的 refutes both clauses).
@@ -752,7 +858,8 @@ def negated(text: str, start: int, end: int, masks: tuple[tuple[int, int], ...] 
         if lo < b <= start:
             for k in range(max(a, lo), b):
                 chars[k - lo] = "＿"
-    window = _mask(_A_NOT_A.sub(lambda m: "＿" * 3, _mask("".join(chars), _FALSE_CUES)), _FALSE_CUES)
+    false_cues = _false_cues(text, start)
+    window = _mask(_A_NOT_A.sub(lambda m: "＿" * 3, _mask("".join(chars), false_cues)), false_cues)
     count, reach = 0, start
     for m in reversed([m for m in _CUE_RE.finditer(window) if _negates(m, text, lo)]):
         # The nearest cue within NEG_WORDS words negates the head; a cue before it counts only when it
@@ -767,6 +874,12 @@ def negated(text: str, start: int, end: int, masks: tuple[tuple[int, int], ...] 
     if _TAIL_NEG.match(text, end, clause_end.start() if clause_end else len(text)):
         count += 1
     return count % 2 == 1
+
+
+def _false_cues(text: str, start: int) -> list[str]:
+    """The false cues for a head at ``start``: after 与其 (与其切 TP，不如切 PP), 不如 prefers what follows
+    it and negates nothing. Elsewhere (DP 不如 ZeRO 省显存) it still says "less than"."""
+    return _FALSE_CUES_AFTER_YUQI if "与其" in text[:start] else _FALSE_CUES
 
 
 def _negation_start(text: str, start: int, masks: tuple[tuple[int, int], ...] = ()) -> int:
@@ -1509,7 +1622,7 @@ class _Answer:
         claims = self.vetoed.get(i, ())
         if not claims:
             return False
-        if len(_CLAUSE_END.findall(self.sentences[i].text)) + 1 < RUN_ON_CLAUSES:
+        if sum(1 for _ in _CLAUSE_END.finditer(self.sentences[i].text)) + 1 < RUN_ON_CLAUSES:
             return True
         return any(lo <= pos < hi for lo, hi in claims)
 
@@ -2050,14 +2163,29 @@ def _unless(veto: Veto, p: Pattern, answer: _Answer, i: int, hit: _Hit) -> Span 
     s = answer.sentences[i]
     own = _status_at(s, hit.head[0])
     lo = _frame_start(s.text, hit.lo)
+    subject = _nearest_before(answer.hits(i, p.subject), hit.head[0]) if p.subject is not None else None
     for u in veto.unless + p.unless:
         for a, b in answer.hits(i, u):
             # A term inside someone else's reported words says nothing about the student's own claim;
             # one in a condition before the claim (如果用了 ZeRO，…) sets the scope of its consequent.
             status = _status_at(s, a)
+            if (subject is None or a >= subject[1]) and _UNLESS_CUT.search(s.text, b, max(b, hit.head[0])):
+                # 重计算用时间换空间，但总计算量不变: what is said of the subject before the contrast does
+                # not qualify what follows it. A term before the subject (FP16 的精度比 BF16 高) still frames it.
+                continue
             if (lo <= a and b <= hit.hi and status in (own, "hedged")) or (status == "hedged" and b <= hit.head[0]):
                 return a, b  # in the claim's clauses, a framing clause, or a condition the claim depends on
     return None
+
+
+def _nearest_before(spans: list[Span], pos: int) -> Span | None:
+    """The last span that ends at or before ``pos``: the subject the predicate at ``pos`` is said of."""
+    before = [sp for sp in spans if sp[1] <= pos]
+    return before[-1] if before else None
+
+
+# An 'unless' term does not reach past a contrast word that stands between it and the predicate.
+_UNLESS_CUT = re.compile(r"但是|但|不过|其实|(?<![a-z])however(?![a-z])")
 
 
 # A framing clause sets the scope of the claim after it: it ends in 时/的话/下/里/中/之后 (在 ZeRO-3
@@ -2117,7 +2245,7 @@ def _review(veto: Veto, answer: _Answer, i: int, hit: _Hit) -> tuple[str, ...]:
 def _far_negation(text: str, start: int) -> bool:
     """Is there a negation cue before the head at ``start`` that its negation window does not reach?"""
     head_lo = _negation_start(text, start)
-    window = _mask(text[:start], _FALSE_CUES)
+    window = _mask(text[:start], _false_cues(text, start))
     return any(
         _negates(m, text) and (m.start() < head_lo or _words_between(text, m.end(), start) > NEG_WORDS)
         for m in _CUE_RE.finditer(window)

@@ -493,3 +493,81 @@ def test_an_object_goes_with_the_predicate_right_before_it(rubric: Rubric) -> No
     # 显存 is the object of the negated 降低; the later 变少 is said of something else.
     assert "dp-cuts-memory" not in vetoes(rubric, "数据并行的局限是不降低每卡显存、规模大了吞吐变少。")
     assert "dp-cuts-memory" in vetoes(rubric, "数据并行让每卡显存变少。")
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("开不开 ZeRO，数据并行都能降低每卡显存。", True),  # an A-not-A clause, then a statement
+        ("不管卡多卡少，数据并行总能省显存。", True),
+        ("可以用显存是否下降来判断数据并行是否省显存。", False),  # 是否 embedded: no claim of its own
+        ("数据并行能不能省显存，我觉得能省。", True),
+        ("数据并行能不能省显存", False),  # its A-not-A in the last clause, no full stop: a question
+    ],
+)
+def test_an_embedded_a_not_a_leaves_the_statement_standing(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "同桌说数据并行能省显存，我算了一下，并不能。",
+        "隔壁组说数据并行能省显存。",
+        "组里有人写数据并行会降低显存。",
+        "学长以为数据并行能降低每卡显存。",
+        "小李也说数据并行能省显存，他忘了每卡都存全套。",
+    ],
+)
+def test_a_person_who_says_something_reports_it(rubric: Rubric, text: str) -> None:
+    assert "dp-cuts-memory" not in vetoes(rubric, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "同学说得对，数据并行能降低每卡显存。",  # endorsing is no report
+        "这说明数据并行能降低每卡显存。",
+        "所谓数据并行，就是每卡显存会降低的那种并行。",  # the student's own definition
+        "室友跟我说过这事，我纠正他：数据并行能降低每卡显存。",  # the correction is the student's own
+    ],
+)
+def test_endorsing_explaining_and_defining_are_the_students_own(rubric: Rubric, text: str) -> None:
+    assert "dp-cuts-memory" in vetoes(rubric, text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "与其换更大的卡，不如用数据并行降低显存。",  # 不如 prefers, it does not negate
+        "别忘了数据并行会降低每卡显存。",
+        "数据并行省显存只能说大差不差。",
+    ],
+)
+def test_preferring_reminding_and_about_the_same_are_no_negation(rubric: Rubric, text: str) -> None:
+    assert "dp-cuts-memory" in vetoes(rubric, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("一旦换成数据并行，每卡显存就会降低。", True),  # 一旦 is a condition; its consequent is asserted
+        ("一旦数据并行能省显存，就用不着 ZeRO 了。", False),
+        ("如果数据并行本身就能省显存，那就用不着 ZeRO 了。", False),  # 本身就 stays in the antecedent
+        ("如果数据并行本来就能降低显存，那么 ZeRO 就多余了。", False),
+    ],
+)
+def test_yidan_is_a_condition_and_an_inner_jiu_keeps_the_antecedent(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+def test_unless_does_not_reach_back_past_a_contrast(rubric: Rubric) -> None:
+    assert "dp-cuts-memory" in vetoes(rubric, "数据并行常和 ZeRO 一起用，但每卡显存会降低。")
+    assert "dp-cuts-memory" not in vetoes(rubric, "数据并行常和 ZeRO 一起用，每卡显存会降低。")
+    # a term that stands before the subject still frames the claim
+    assert "dp-cuts-memory" not in vetoes(rubric, "ZeRO 跟数据并行不同，但每卡显存会降低。")
+
+
+def test_a_comma_inside_a_formulas_brackets_does_not_split_the_clause(rubric: Rubric) -> None:
+    # 不会 reaches 降低 only if (b,s,h) is one clause with it.
+    assert "dp-cuts-memory" not in vetoes(rubric, "数据并行不会让 (b,s,h) 的每卡显存降低。")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from grader.rubric import _folded, anchors, negated, split_sentences
+from grader.rubric import _CLAUSE_END, _folded, anchors, negated, split_sentences
 
 
 def status_at(text: str, word: str) -> str:
@@ -302,3 +302,53 @@ def test_a_dash_ends_the_negation_scope() -> None:
 )
 def test_punctuated_replies_answer_the_question(text: str, answered: str) -> None:
     assert split_sentences(text)[0].answered == answered
+
+
+@pytest.mark.parametrize(
+    ("text", "status"),
+    [
+        ("开不开重计算，每层的激活都得存下来。", "asserted"),  # an A-not-A clause followed by a statement
+        ("用损失是否下降来判断学习率是否合适。", "asserted"),  # a full stop: a statement
+        ("HFU 和 MFU 区别在于有没有把重计算算进去。", "asserted"),
+        ("两种切法的结果大差不差。", "asserted"),  # no A-not-A at all
+        ("重计算到底划不划算", "question"),  # last clause, no full stop
+        ("是否需要重计算", "question"),
+        ("要先确定是否需要重计算", "asserted"),  # embedded after a verb
+    ],
+)
+def test_only_a_sentence_that_reads_as_a_question_is_one(text: str, status: str) -> None:
+    assert split_sentences(text)[0].status == status
+
+
+@pytest.mark.parametrize(
+    ("text", "word", "status"),
+    [
+        ("舍友坚持认为流水线没有气泡，我指出第一个 stage 要等。", "气泡", "reported"),
+        ("舍友坚持认为流水线没有气泡，我指出第一个 stage 要等。", "要等", "asserted"),
+        ("师妹担心梯度会溢出，这话不对，bf16 范围够大。", "范围", "asserted"),
+        ("小张写的代码里 loss 没除以步数。", "除以", "asserted"),  # 写 with no report: 小张 is not followed by it
+        ("所谓流水线气泡，就是 stage 空等的时间。", "空等", "asserted"),
+    ],
+)
+def test_people_report_and_the_students_correction_ends_the_report(text: str, word: str, status: str) -> None:
+    assert status_at(text, word) == status
+
+
+def test_a_comma_in_a_formulas_brackets_is_no_clause_boundary() -> None:
+    text = "每层前向要做形状为 (b,s,h) 的 all-reduce，反向也一样"
+    s = split_sentences(text)[0].text
+    assert [m.start() for m in _CLAUSE_END.finditer(s)] == [s.index("all-reduce") + len("all-reduce")]
+    aside = "比如 (tp，通信多)，"  # a Chinese aside in brackets keeps its clauses
+    assert len(list(_CLAUSE_END.finditer(aside))) == 2
+
+
+@pytest.mark.parametrize("text", ["不管显存够不够", "两者的区别在于有没有算上重计算"])
+def test_an_unpunctuated_indirect_question_is_no_question(text: str) -> None:
+    assert split_sentences(text)[0].status == "asserted"
+
+
+def test_a_classmate_who_was_right_is_endorsed_and_qianwan_bie_negates() -> None:
+    assert status_at("那位学长没说错，流水线确实有气泡。", "气泡") == "asserted"
+    text = "千万别把显存占用率当成利用率"
+    start = text.index("当成")
+    assert negated(text, start, start + 2)
