@@ -197,8 +197,10 @@ _FULL_STOP = re.compile(r"[。.!;]\s*$")
 _WHETHER_OR_NOT = re.compile(
     r"都(?:一样|行|可以|相同|没关系|无所谓|不影响)|没(?:有)?(?:什么)?关系|无关|区别不大|影响(?:都)?不大|无所谓|不影响"
 )
-# A-not-A after a verb that embeds it (只看有没有 kernel 在跑, 取决于是不是) is the object, not a question.
-_EMBEDS = re.compile(r"看|取决于|判断|知道|决定|在于|关心|管|检查|确认|确定|问|无论|不论|不管|区别")
+# Verbs that embed a yes/no question as their object (只看有没有 kernel 在跑, 取决于是不是).
+_EMBEDDING_VERBS = re.compile(r"看|取决于|判断|知道|决定|在于|关心|检查|确认|确定|问|区别")
+# After one of them, or after a concessive (不管够不够), an A-not-A makes no question of the sentence.
+_EMBEDS = re.compile(rf"{_EMBEDDING_VERBS.pattern}|管|无论|不论")
 EMBED_CHARS = 12  # how far before 是否 / an A-not-A an embedding verb is looked for, within its clause
 
 
@@ -216,9 +218,13 @@ def _asks(text: str) -> bool:
     last = 0
     for c in _CLAUSE_END.finditer(masked):
         last = c.end()
-    cues = [m for m in _WHETHER.finditer(masked, last) if _whole(m, text)]
-    cues += list(_A_NOT_A.finditer(masked, last))
+    cues = _choice_cues(masked, text, last)
     return any(not _EMBEDS.search(text, max(last, m.start() - EMBED_CHARS), m.start()) for m in cues)
+
+
+def _choice_cues(masked: str, text: str, pos: int = 0) -> list[re.Match[str]]:
+    """是否 / whether (whole words) and A-not-A forms from ``pos`` on: where a yes/no choice is named."""
+    return [m for m in _WHETHER.finditer(masked, pos) if _whole(m, text)] + list(_A_NOT_A.finditer(masked, pos))
 
 
 _PEOPLE = (
@@ -273,7 +279,8 @@ _SENTENCE_END = re.compile(r"[。!?;\n]+|\.(?=\s|$)")
 # A comma inside brackets of formula or code, as in a shape (b,s,h) or f(x, y), separates items, not
 # clauses. A bracketed Chinese aside (比如 TP，通信多) may hold clauses of its own, so its commas cut.
 BRACKET_CHARS = 80
-_SEPARATOR = re.compile(r"[,:，：]|—+|-{2,}")
+_DASH = re.compile(r"—+|-{2,}")
+_SEPARATOR = re.compile(rf"[,:，：]|{_DASH.pattern}")
 _FORMULA_BRACKET = re.compile(rf"[(\[{{][^()\[\]{{}}\u3400-\u9fff]{{1,{BRACKET_CHARS}}}[)\]}}]")
 
 
@@ -305,7 +312,6 @@ class _ClauseEnds:
 
 
 _CLAUSE_END = _ClauseEnds()
-_DASH = re.compile(r"—+|-{2,}")
 # Negation reaches NEG_WORDS words back from the predicate, inside its clause: words, not characters,
 # so that long terms (LayerNorm, all-reduce, gradient accumulation) do not push the cue out. The
 # window is also capped at NEG_CHARS characters, which bounds the work per predicate.
@@ -678,16 +684,12 @@ def _asks_negatively(text: str) -> bool:
     return any(_negates(m, text) for m in _CUE_RE.finditer(masked))
 
 
-# Verbs that embed a yes/no question as their object; the concessive 不管/无论/不论 are not among them,
-# since the clause they open is followed by an asserted main clause (不管够不够都应该开).
-_EMBEDDING_VERBS = re.compile(r"看|取决于|判断|知道|决定|在于|关心|检查|确认|确定|问|区别")
-
-
 def _embedded_questions(text: str) -> list[tuple[int, int, str]]:
     """Spans of a statement that an embedding verb asks about (判断路由是否均衡, 看有没有 kernel 在跑):
     the sentence is no question, but what 是否 / the A-not-A leads into is not asserted either."""
     masked = _mask(text, _FALSE_CUES)
-    cues = [m for m in _WHETHER.finditer(masked) if _whole(m, text)] + list(_A_NOT_A.finditer(masked))
+    # The concessive 不管/无论 are not embedding verbs here: an asserted main clause follows them.
+    cues = _choice_cues(masked, text)
     spans: list[tuple[int, int, str]] = []
     for m in cues[:MAX_REGIONS]:
         lo, hi = _clause(text, m.start())
