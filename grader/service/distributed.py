@@ -214,19 +214,13 @@ def claim_job(factory: sessionmaker[Session], job_id: int, me: str, lease_s: flo
     stmt = (
         update(Job)
         .where(Job.id == job_id, claimable)
-        .values(
-            state="running",
-            worker=me,
-            lease_until=now + timedelta(seconds=lease_s),
-            attempts=Job.attempts + 1,
-            updated_at=now,
-        )
+        .values(**queue.leased_to(me, now, lease_s))
         .returning(Job.submission_id, Job.attempts)
     )
     with factory.begin() as session:
         row = session.execute(stmt).first()
         if row is not None:
-            session.execute(update(Submission).where(Submission.id == row.submission_id).values(status="running"))
+            queue.mark_running(session, row.submission_id)
             return Claim(True, attempts=row.attempts)
         job = session.get(Job, job_id)
         return Claim(False, finished=job is None or job.state in ("done", "failed"))

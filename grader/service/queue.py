@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
@@ -46,6 +47,23 @@ def _claimable(now: datetime) -> ColumnElement[bool]:
     return or_(Job.state == "queued", (Job.state == "running") & (Job.lease_until < now))
 
 
+def leased_to(worker: str, now: datetime, lease_s: float) -> dict[str, Any]:
+    """The values a claim writes to a job row. The embedded queue and the distributed workers claim
+    differently (the next job, or one named job) but must lease and count attempts the same way."""
+    return {
+        "state": "running",
+        "worker": worker,
+        "lease_until": now + timedelta(seconds=lease_s),
+        "attempts": Job.attempts + 1,
+        "updated_at": now,
+    }
+
+
+def mark_running(session: Session, submission_id: int) -> None:
+    """Show the student that their claimed submission is being graded."""
+    session.execute(update(Submission).where(Submission.id == submission_id).values(status="running"))
+
+
 def has_work(reader: sessionmaker[Session]) -> bool:
     """Whether a job could be claimed: a read, so that idle workers polling never take the write lock."""
     with reader() as session:
@@ -60,20 +78,14 @@ def claim(factory: sessionmaker[Session], worker: str, lease_s: float) -> Claime
     stmt = (
         update(Job)
         .where(Job.id == pick.scalar_subquery(), claimable)
-        .values(
-            state="running",
-            worker=worker,
-            lease_until=now + timedelta(seconds=lease_s),
-            attempts=Job.attempts + 1,
-            updated_at=now,
-        )
+        .values(**leased_to(worker, now, lease_s))
         .returning(Job.id, Job.submission_id, Job.attempts)
     )
     with factory.begin() as session:
         row = session.execute(stmt).first()
         if row is None:
             return None
-        session.execute(update(Submission).where(Submission.id == row.submission_id).values(status="running"))
+        mark_running(session, row.submission_id)
     return Claimed(row.id, row.submission_id, row.attempts)
 
 
