@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
+import httpx2
 from sqlalchemy import func, select
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +43,7 @@ def pct(values: list[float], q: float) -> float:
 async def client_run(
     base: str, username: str, notebooks: list[bytes], accepted: list[tuple[int, float, float]]
 ) -> None:
-    async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+    async with httpx2.AsyncClient(base_url=base, timeout=120) as client:
         page = await client.get("/login")
         await client.post("/login", data={"csrf": csrf_of(page.text), "username": username, "password": "password-1"})
         token = csrf_of((await client.get("/lessons/lesson04")).text)

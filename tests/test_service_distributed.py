@@ -23,7 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -365,7 +365,7 @@ def test_bad_settings_give_one_line_that_names_the_setting(servers, tmp_path, ca
 def test_an_upload_through_the_web_app_is_graded_by_a_celery_worker(cluster):
     make_user(cluster.factory, "web-s1")
     make_user(cluster.factory, "web-t1", role="instructor")
-    with httpx.Client(base_url=cluster.cluster.base_url, timeout=30) as client:
+    with httpx2.Client(base_url=cluster.cluster.base_url, timeout=30) as client:
         token = login(client, "web-s1")
         response = client.post(
             "/lessons/lesson04/submit",
@@ -388,7 +388,7 @@ def test_an_upload_through_the_web_app_is_graded_by_a_celery_worker(cluster):
     assert results[0]["graded_by"]["worker"].split("/")[1] in {"w1", "w2", "w3"}
     with cluster.factory() as session:  # the bytes went to the database, in the submission's transaction
         assert session.get(UploadBlob, hashlib.sha256(REFERENCE).hexdigest()) is not None
-    with httpx.Client(base_url=cluster.cluster.base_url, timeout=30) as staff:
+    with httpx2.Client(base_url=cluster.cluster.base_url, timeout=30) as staff:
         login(staff, "web-t1")
         page = staff.get("/staff").text
         assert "评分进程</th><td>3</td>" in page and "评分延迟（中位数）" in page

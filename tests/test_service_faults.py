@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 import pytest
 from helpers import REPO, sample
 from sqlalchemy import func, select
@@ -83,9 +83,9 @@ def serving(data: Path, **env: str) -> Iterator[tuple[subprocess.Popen[bytes], s
 
 
 def crash_upload(base: str, proc: subprocess.Popen[bytes], data: bytes) -> None:
-    with httpx.Client(base_url=base, timeout=30) as client:
+    with httpx2.Client(base_url=base, timeout=30) as client:
         token = login(client, "s1")
-        with pytest.raises(httpx.TransportError):
+        with pytest.raises(httpx2.TransportError):
             client.post("/lessons/lesson04/submit", data={"csrf": token}, files={"notebook": ("a.ipynb", data)})
     assert proc.wait(30) == 70  # the test hook's os._exit, not an error of its own
 
@@ -119,7 +119,7 @@ def test_the_web_process_killed_between_storing_and_replying_leaves_all_or_nothi
         wait_for(graded, 120, "the recorded upload to be graded after the restart")
 
         def metrics() -> str | None:  # the embedded engine's load, as Prometheus reads it
-            body = httpx.get(f"{base}/metrics", timeout=10).text
+            body = httpx2.get(f"{base}/metrics", timeout=10).text
             return body if 'course_jobs{state="done"} 1\n' in body else None
 
         body = wait_for(metrics, 30, "/metrics to count the finished job")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -224,8 +224,8 @@ class Cluster:
             if web.poll() is not None:
                 raise AssertionError(f"course serve exited ({web.returncode}):\n{self.log_tails()}")
             try:
-                return httpx.get(f"{self.base_url}/login", timeout=2).status_code == 200
-            except httpx.TransportError:
+                return httpx2.get(f"{self.base_url}/login", timeout=2).status_code == 200
+            except httpx2.TransportError:
                 return False
 
         wait_for(up, timeout, "course serve --engine celery to answer")

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 from sqlalchemy.orm import Session, sessionmaker
 
 from .auth import hash_password
@@ -45,7 +45,7 @@ def csrf_of(html: str) -> str:
 
 
 def login(client: Any, username: str, password: str = "password-1") -> str:
-    """Log a TestClient or httpx.Client in; return the session's CSRF token."""
+    """Log a TestClient or httpx2.Client in; return the session's CSRF token."""
     page = client.get("/login")
     response = client.post(
         "/login", data={"csrf": csrf_of(page.text), "username": username, "password": password}, follow_redirects=False
@@ -91,8 +91,8 @@ def serving(
 
     def up() -> bool:
         try:
-            return httpx.get(f"{base}/login", timeout=2).status_code == 200
-        except httpx.TransportError:
+            return httpx2.get(f"{base}/login", timeout=2).status_code == 200
+        except httpx2.TransportError:
             if proc.poll() is not None:
                 raise AssertionError(f"course serve exited:\n{log.read_text(errors='replace')}") from None
             return False
