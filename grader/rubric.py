@@ -257,7 +257,8 @@ _CONTRAST = re.compile(
 )
 _REFUTATION = re.compile(
     r"(?:这|此|该)(?:种|个|一|样)?(?:说法|观点|理解|看法|想法)?(?:其实|实际上)?(?:是|属于|并|完全)*(?:一种|一个)?(?:错误|错|误解|误区|不对|不正确|不成立)"
-    r"|(?:是|属于)(?:一种|一个|个)?(?:完全)?(?:常见|典型)?的?(?:错误的?|错的|误解|误区|不对的?|不正确的?)(?:说法|观点|理解|看法)?(?=[,:;。!?]|—|--|$)"
+    r"|(?:是|属于)(?:一种|一个|个)?(?:完全)?(?:很|非常|最|特别|相当)?(?:常见|典型)?的?(?:错误的?|错的|误解|误区|不对的?|不正确的?)(?:说法|观点|理解|看法)?(?=[,:;。!?]|—|--|$)"
+    r"|(?:这|那)(?:种说法|个说法|句话|话)(?:[^,:;，：；。!?]{0,4}?(?:没(?:有)?|毫无)(?:什么|一点)?道理|(?:一点)?道理(?:都|也)没有)"
     r"|(?:这|此)(?:是|属于)?(?:一种|个)?(?:误会|不准确|不严谨)|(?:他|她|他们|对方)(?:搞|说|弄)错了"
     r"|我(?:觉得|认为)?(?:站不住|不同意|不认同|不赞同)|站不住(?:脚)?|(?:可|并)不是这样|那可不是"
     r"|(?:(?<=[,:，：])|^)\s*没(?:有)?用(?:的|啊|呀)?\s*(?=[,:;。!?]|—|--|$)"
@@ -742,12 +743,64 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
     # student's own claim. A sentence that opens with the condition keeps "hedged" as its status, and
     # its consequent is an asserted region; a condition later in the sentence hedges only its antecedent.
     antecedent = _antecedent_end(text, condition.end())
+    antecedent = _counterfactual_end(text, condition.end(), antecedent) or antecedent
     if text[: condition.start()].strip(" ,:，："):
         regions.append((condition.start(), antecedent, "hedged"))
         return "asserted", tuple(regions)
     if antecedent < len(text):
         regions.append((antecedent, len(text), "asserted"))
     return "hedged", tuple(regions)
+
+
+# A counterfactual: the consequent is a wish (要是 X 就好了, 该多好), or a later clause regrets it (可惜…)
+# or says what is the case instead (但实际上/其实 + a negation of the antecedent's verb).
+_WISH = re.compile(r"(?:就好|就太好|该(?:有)?多好|多好)(?:了|啦)?[啊呀]?$")
+_WISH_CLAUSE = re.compile(r"\s*(?:那|那样|这样)?(?:就|那)?(?:该(?:有)?多好|太好了|就好了|好了)[啊呀]?[\s。!?~…]*")
+_REGRET = re.compile(r"\s*(?:但是|但|可是|可|然而|不过|只)?\s*(?:可惜|遗憾的是)")
+_REALITY = re.compile(r"\s*(?:但是|但|可是|然而|不过)?\s*(?:实际上|其实|事实上|现实中|实际)")
+_NEGATORS = "并不没无非未别"  # what a negation cue's verb is left with when these are stripped (不能 → 能)
+
+
+def _counterfactual_end(text: str, cue_end: int, antecedent: int) -> int | None:
+    """Where the counterfactual part of a condition ends, if its consequent asserts nothing; else None.
+
+    "要是 all-reduce 自己就会求平均就好了" wishes; "如果 DP 能省显存，那就不用 ZeRO 了，但实际上它不能"
+    takes the antecedent back. Then the consequent is as hypothetical as the antecedent, up to the
+    wish's end or to the clause that regrets (可惜) or denies (但实际上…不能) it. "如果把 pp 加到 16，激活
+    就能降到一半" has neither, and its consequent stays the student's claim.
+    """
+    start = antecedent + 1 if antecedent < len(text) and _SEPARATOR.match(text, antecedent) else antecedent
+    end = _clause(text, start)[1] if start < len(text) else len(text)
+    if _WISH.search(text[max(start, end - 8) : end].rstrip(" 。!?~…\n")):
+        return end
+    for n, cut in enumerate(_CLAUSE_END.finditer(text, start)):
+        if n >= MAX_REGIONS:
+            break
+        if _REGRET.match(text, cut.end()):
+            return cut.start()
+        clause_end = _clause(text, cut.end())[1]
+        if _WISH_CLAUSE.fullmatch(text, cut.end(), clause_end):
+            return clause_end  # …，DP 的吞吐就能线性增长，那该多好
+        reality = _REALITY.match(text, cut.end())
+        if reality and _denies(text, text[cue_end:antecedent], reality.end(), clause_end):
+            return cut.start()
+    return None
+
+
+def _denies(text: str, antecedent: str, lo: int, hi: int) -> bool:
+    """Does text[lo:hi] negate a verb of the antecedent (它不能, 并没有, 不会这样)? The verb is the cue's
+    own modal (不能 → 能) or, for a bare 不/没/并不, the word after it."""
+    for m in _CUE_RE.finditer(_mask(text[lo:hi], _FALSE_CUES)):
+        if not _negates(m, text, lo):
+            continue
+        verb = m.group().lstrip(_NEGATORS)
+        if not verb:
+            after = _sorted_bounds(text)
+            k = bisect_right(after, lo + m.end())
+            verb = text[lo + m.end() : after[k]] if k < len(after) else ""
+        if verb.strip() and verb.strip() in antecedent:
+            return True
+    return False
 
 
 # Where a condition's antecedent ends: at the next clause boundary, or at a word that opens the
@@ -1760,14 +1813,20 @@ class _Hit:
 
 
 def _match(
-    p: Pattern, answer: _Answer, i: int, allowed: tuple[str, ...], exclude: frozenset[int] = frozenset()
+    p: Pattern,
+    answer: _Answer,
+    i: int,
+    allowed: tuple[str, ...],
+    exclude: frozenset[int] = frozenset(),
+    after: int = -1,
 ) -> tuple[_Hit | None, str | None]:
     """Try a head-pattern on sentence i. Returns (hit, None) on a match, or (None, why-not).
 
     A claim (``subject`` set) binds the head to its subject: the subject must stand in the head's
     clause, or be the topic that an earlier clause of the sentence (or, with ``context``, the previous
-    sentence) set up. Heads in a clause listed in ``exclude`` (by its start) are passed over. At most
-    ``MAX_HEADS`` heads are tried; each costs a bisection per group.
+    sentence) set up. Heads in a clause listed in ``exclude`` (by its start), and heads that start at
+    or before ``after`` (a match already judged), are passed over. Only the first ``MAX_HEADS`` heads
+    of the sentence are ever tried, whatever ``after`` is; each costs a bisection per group.
     """
     assert p.head is not None
     s = answer.sentences[i]
@@ -1785,7 +1844,7 @@ def _match(
     masks = sorted((sp for spans in (*groups, subjects) for sp in spans), key=lambda sp: sp[1])
     mask_ends = [b for _, b in masks]
     why: str | None = None
-    for h0, h1 in heads[:MAX_HEADS]:
+    for h0, h1 in heads[bisect_right(heads, after, key=lambda sp: sp[0]) : MAX_HEADS]:
         if exclude and answer.unit(i, h0) in exclude:
             continue
         lo, hi = _clause(s.text, h0) if p.clause else (0, len(s.text))
@@ -1817,7 +1876,7 @@ def _match(
             why = why or status
             continue
         window = masks[bisect_right(mask_ends, h0 - NEG_CHARS) : bisect_right(mask_ends, h0)]
-        is_neg = _polarity_negative(s, h0, h1, tuple(window))
+        is_neg = _polarity_negative(s, h0, h1, tuple(window), p.head)
         if is_neg != (p.polarity == "negative"):
             why = why or ("negated" if is_neg else "affirmed")
             continue
@@ -1902,13 +1961,66 @@ def _names_own_subject(p: Pattern, answer: _Answer, i: int, lo: int, h0: int, ow
     )
 
 
-def _polarity_negative(s: Sentence, h0: int, h1: int, masks: tuple[Span, ...] = ()) -> bool:
-    """Is the head at s.text[h0:h1] said in the negative? An answered question takes its answer's polarity."""
+def _polarity_negative(
+    s: Sentence, h0: int, h1: int, masks: tuple[Span, ...] = (), head: re.Pattern[str] | None = None
+) -> bool:
+    """Is the head at s.text[h0:h1] said in the negative? An answered question takes its answer's polarity.
+
+    ``head`` is the term that matched there: a cue that its gap took in negates it too (see ``_gap_negations``).
+    """
     if s.answered in ("positive", "negative"):
         return s.answered == "negative"
     # "agree": as worded (对，… to a negative question); "flip": the opposite of the wording.
     neg = negated(s.text, h0, h1, masks)
+    if head is not None and _gap_negations(head, s.text, h0, h1) % 2:
+        neg = not neg
     return not neg if s.answered == "flip" else neg
+
+
+MAX_GAP_CUES = 4  # negation cues read inside one head match: bounds the re-matching
+
+
+def _last_part(rx: re.Pattern[str], text: str, h0: int, h1: int) -> int:
+    """Where the last part of the term's match text[h0:h1] starts: the latest group that ends the match
+    (the verb of 字节[^，]{0,6}(变多|翻倍)), else the last word."""
+    m = rx.match(text, h0)
+    starts = [m.start(g) for g in range(1, (rx.groups or 0) + 1) if m and m.end(g) == h1 and m.start(g) > h0]
+    if starts:
+        return max(starts)
+    bounds = _sorted_bounds(text)
+    return bounds[max(0, bisect_left(bounds, h1) - 1)]
+
+
+def _gap_negations(rx: re.Pattern[str], text: str, h0: int, h1: int) -> int:
+    """How many negation cues inside the head match text[h0:h1] stand in a gap of the term, not in its words.
+
+    A term with a gap (字节[^，]{0,6}变多) spans the words between its parts, and a cue there (字节数并没
+    变多) negates the predicate as a cue before the head would. A cue the term itself names (解决不了)
+    is part of the term: the test is whether the term still matches the same text with the cue taken
+    out. The cue must stand right before the term's last part (its last group, else its last word; at
+    most ``NEG_CHAIN`` words between): in 比不切分略低 the 不 negates 切分, a word inside the comparison,
+    not 低. A cue after a complete
+    match of the term (是 TP 而不是 PP, where 是 TP alone matches) negates a predicate of its own, not the
+    claim. A–not–A forms (是不是) and false cues (不同) are no cues here.
+    """
+    span = text[h0:h1]
+    if not _CUE_RE.search(span):
+        return 0
+    false_cues = _false_cues(text, h0)
+    window = _mask(_A_NOT_A.sub(lambda m: "＿" * 3, _mask(span, false_cues)), false_cues)
+    last = _last_part(rx, text, h0, h1)
+    count = 0
+    for m in islice(_CUE_RE.finditer(window), MAX_GAP_CUES):
+        a, b = h0 + m.start(), h0 + m.end()
+        if rx.match(text, h0, a):
+            break  # the claim is complete before this cue: it and any later cue negate something else
+        if (
+            _negates(m, text, h0)
+            and _words_between(text, b, last) <= NEG_CHAIN
+            and rx.fullmatch(text[:a] + text[b:], h0, h1 - (b - a))
+        ):
+            count += 1
+    return count
 
 
 def _count(p: Pattern, answer: _Answer, allowed: tuple[str, ...]) -> tuple[Evidence | None, _Clause | None]:
@@ -1926,7 +2038,7 @@ def _count(p: Pattern, answer: _Answer, allowed: tuple[str, ...]) -> tuple[Evide
                 (
                     a
                     for a, b in answer.hits(s.index, g)[:MAX_HEADS]
-                    if not _polarity_negative(s, a, b) and _status_at(s, a) in allowed
+                    if not _polarity_negative(s, a, b, head=g) and _status_at(s, a) in allowed
                 ),
                 None,
             )
@@ -2260,26 +2372,57 @@ def _veto_matches(veto: Veto, answer: _Answer) -> Iterator[tuple[int, Evidence, 
 
     ``reason`` is None when the veto fires, else why the match is suppressed (negated, a question,
     an 'unless' term, ...). The claim's clauses run from the subject's clause to the predicate's (a
-    head pattern without a subject spans its sentence). Bounded like ``_match``: one attempt per
-    pattern and sentence.
+    head pattern without a subject spans its sentence). A suppressed match does not hide the heads
+    after it: "虽然 DP 配合 ZeRO 能降低显存，但 DP 本身也能降低显存" states the misconception in its
+    second clause, so the search resumes after each suppressed head until one fires (see
+    ``_independent`` for which later claims count). Bounded like ``_match``: the resumed searches
+    together walk the sentence's first ``MAX_HEADS`` heads once.
     """
     for p in veto.patterns:
         for i, s in enumerate(answer.sentences):
-            hit, why = _match(p, answer, i, ("asserted", *STATUSES))
-            if hit is None:
-                if why:
-                    yield i, _evidence(s), why, (0, 0)
-                continue
-            unless = _unless(veto, p, answer, i, hit)
-            status = _status_at(s, hit.head[0])
-            claim = (hit.lo, hit.hi)
-            if unless is not None:
-                yield i, _evidence(s, *hit.head), f"unless: {s.text[unless[0] : unless[1]]}", claim
-            elif status != "asserted":
-                yield i, _evidence(s, *hit.head), status, claim
-            else:
+            after, last = -1, None
+            while True:
+                hit, why = _match(p, answer, i, ("asserted", *STATUSES), after=after)
+                if hit is None:
+                    if why and last is None:
+                        yield i, _evidence(s), why, (0, 0)
+                    break
+                after = hit.head[0]
+                if last is not None and not _independent(s.text, *last, hit):
+                    continue  # it re-reads the suppressed statement: judged already
+                reason = _suppressed(veto, p, answer, i, hit)
+                claim = (hit.lo, hit.hi)
                 ev = _evidence(s, *hit.head)
-                yield i, Evidence(ev.sentence, ev.start, ev.end, _review(veto, answer, i, hit)), None, claim
+                if reason is None:
+                    yield i, Evidence(ev.sentence, ev.start, ev.end, _review(veto, answer, i, hit)), None, claim
+                    break
+                yield i, ev, reason, claim
+                last = (hit, reason)
+
+
+def _independent(text: str, last: _Hit, reason: str, hit: _Hit) -> bool:
+    """Is ``hit`` a claim of its own, after the suppressed claim ``last``, rather than more of it?
+
+    It must share no clause with ``last`` (a later predicate that takes its subject or its groups
+    from the suppressed clauses restates that claim). And the sentence must turn to the student's
+    own voice between them: a contrast (但, 其实, 实际上) after a question, report, refutation or
+    condition, since what goes on without one (有人说 X，还说 Y) or explains a refutation (X 是错的，
+    Y) continues that speech act. A claim cancelled by an ``unless`` term was the student's own all along.
+    """
+    if hit.lo < last.hi:
+        return False
+    return reason.startswith("unless:") or _CONTRAST.search(text, last.head[1], hit.head[0]) is not None
+
+
+def _suppressed(veto: Veto, p: Pattern, answer: _Answer, i: int, hit: _Hit) -> str | None:
+    """Why a matched claim fires no veto: an 'unless' term in its clauses, or a status other than
+    asserted (a question, a report, a refutation, a condition). None when it fires."""
+    s = answer.sentences[i]
+    unless = _unless(veto, p, answer, i, hit)
+    if unless is not None:
+        return f"unless: {s.text[unless[0] : unless[1]]}"
+    status = _status_at(s, hit.head[0])
+    return None if status == "asserted" else status
 
 
 def veto_firings(rubric: Rubric, question: str, text: str) -> list[tuple[Veto, int, Evidence]]:

@@ -571,3 +571,90 @@ def test_unless_does_not_reach_back_past_a_contrast(rubric: Rubric) -> None:
 def test_a_comma_inside_a_formulas_brackets_does_not_split_the_clause(rubric: Rubric) -> None:
     # 不会 reaches 降低 only if (b,s,h) is one clause with it.
     assert "dp-cuts-memory" not in vetoes(rubric, "数据并行不会让 (b,s,h) 的每卡显存降低。")
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        # the first match is suppressed, the claim after the contrast is the student's own
+        ("虽然 DP 配合 ZeRO 时能降低显存，但 DP 自己也能把每卡显存减少。", True),
+        ("DP 配合 ZeRO 才能降低显存，不过单用 DP 同样可以减少每卡显存。", True),
+        ("有人说 DP 能降低显存，但我认为 DP 本身就能减少每卡显存。", True),
+        # traps: every match is suppressed
+        ("有人说 DP 能降低显存，还说 DP 能减少每卡显存。", False),  # the report goes on
+        ("DP 配合 ZeRO 才能降低显存，配合 FSDP 也能减少每卡显存。", False),  # both about something else
+        ("DP 配合 ZeRO 能降低显存，但 DP 配合 FSDP 也能减少显存。", False),
+        ("有人认为 DP 能降低显存，这是错的，DP 并不能减少每卡显存。", False),  # reported, then negated
+        ("有人说 DP 的显存会降低，但还会一直减少下去。", False),  # borrows the reported clause's subject
+    ],
+)
+def test_a_suppressed_match_does_not_hide_a_later_claim(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("如果每张卡只存一部分参数，DP 就能降低每卡显存了，可惜每张卡存的是完整的一份。", False),
+        ("如果通信不花时间，DP 的吞吐就能线性增长，但实际上通信不可能不花时间。", False),
+        ("要是通信再快一点，DP 的吞吐就能线性增长，那该多好。", False),
+        ("要是 DP 的吞吐自己就能线性增长就好了。", False),
+        # a real consequent is still the student's claim
+        ("如果把卡数加到 64，DP 的吞吐就能线性增长。", True),
+        ("如果把卡数加到 64，DP 的吞吐就能线性增长，但其实显存不会变。", True),  # denies nothing of the antecedent
+    ],
+)
+def test_a_counterfactual_consequent_asserts_nothing(rubric: Rubric, text: str, fires: bool) -> None:
+    assert bool(vetoes(rubric, text) & {"dp-cuts-memory", "dp-linear"}) is fires
+
+
+GAP_RUBRIC = """
+questions:
+  q1:
+    key_points:
+      - {id: a, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
+  q2:
+    key_points:
+      - {id: a, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
+  q3:
+    key_points:
+      - {id: a, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
+vetoes:
+  - id: more-bytes
+    says: 认为通信次数翻倍，字节数也翻倍
+    explain: 每次消息减半。
+    any:
+      - head: ['(字节|数据量)[^，。]{0,6}(变多|增加|翻倍)']
+        with: ['次数']
+  - id: fsdp-is-tp
+    says: 认为 FSDP 是张量并行
+    explain: FSDP 是数据并行。
+    any:
+      - claim:
+          subject: ['fsdp']
+          predicate: ['是[^，。]{0,8}(tp|pp)', '比[^，。]{0,10}(快|慢)']
+  - id: cannot-fit
+    says: 认为一张卡放不下就不能训练
+    explain: 可以切分。
+    any:
+      - head: ['放[^，。]{0,4}不下']
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "fired"),
+    [
+        ("消息次数多了一倍，可是发出去的数据量其实并没有增加。", set()),  # the cue sits in the term's gap
+        ("次数是翻倍了，但字节数并没变多。", set()),
+        ("次数翻倍，所以字节数也跟着变多。", {"more-bytes"}),
+        ("FSDP 是 TP 而不是 PP。", {"fsdp-is-tp"}),  # 是 TP is complete before the cue
+        ("FSDP 算得比不切分时慢。", {"fsdp-is-tp"}),  # 不 negates 切分, not 慢
+        ("FSDP 不是 TP 也不是 PP。", set()),
+        ("这么大的模型一张卡根本放不下。", {"cannot-fit"}),  # a cue the term names is the term's
+    ],
+)
+def test_a_negation_inside_a_terms_gap_negates_it(tmp_path: Path, text: str, fired: set[str]) -> None:
+    path = tmp_path / "rubric.yml"
+    path.write_text(GAP_RUBRIC, encoding="utf-8")
+    gap = load_rubric(path, "rubric.yml")
+    assert {v.id for v, _ in score_answer(gap, "q1", text).vetoes} == fired

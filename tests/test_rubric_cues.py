@@ -352,3 +352,33 @@ def test_a_classmate_who_was_right_is_endorsed_and_qianwan_bie_negates() -> None
     text = "千万别把显存占用率当成利用率"
     start = text.index("当成")
     assert negated(text, start, start + 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "word", "status"),
+    [
+        ("要是 all-reduce 本来就会求平均就好了，可惜它只会求和。", "求平均", "hedged"),
+        ("要是 all-reduce 本来就会求平均就好了，可惜它只会求和。", "求和", "asserted"),
+        ("如果 DP 能省显存，那就用不着 ZeRO 了，但实际上它不能。", "用不着", "hedged"),
+        ("如果 DP 能省显存，那就用不着 ZeRO 了，但实际上它不能。", "它不能", "asserted"),
+        ("假如通信不要时间，扩展就是线性的，其实通信不可能不要时间。", "线性", "hedged"),
+        ("如果把 pp 加到 16，激活就能降到一半，但其实 pp 不能无限加。", "降到一半", "asserted"),
+        ("如果 micro-batch 再多一些，气泡就会小很多，效果也就更好。", "小很多", "asserted"),
+    ],
+)
+def test_a_counterfactual_consequent_is_hypothetical(text: str, word: str, status: str) -> None:
+    assert status_at(text, word) == status
+
+
+@pytest.mark.parametrize(
+    ("text", "word", "status"),
+    [
+        ("“流水线越深气泡越小”是很常见的误解。", "气泡越小", "refuted"),
+        ("“流水线越深气泡越小”是非常典型的误区。", "气泡越小", "refuted"),
+        ("说 EP 只传权重，这话一点道理都没有。", "只传权重", "refuted"),
+        ("有文章说 EP 只传权重，那句话毫无道理，它传的是 token。", "传的是", "asserted"),
+        ("EP 只传 token，这话有道理。", "只传", "asserted"),
+    ],
+)
+def test_a_refutation_may_grade_the_misconception_and_call_it_baseless(text: str, word: str, status: str) -> None:
+    assert status_at(text, word) == status
