@@ -125,6 +125,8 @@ _NEG_CUES = [
     "isn't",
     "won't",
     "without",
+    "≠",  # ZeRO-3 通信量 ≠ DP 通信量 denies the comparison it stands in
+    "!=",
 ]
 # Words that contain a cue character but do not negate what follows.
 _FALSE_CUES = [
@@ -247,6 +249,12 @@ _REPORTED = re.compile(
     r"(?:直觉上|乍看|表面上|容易)(?:会)?(?:觉得|以为|认为)|会觉得|"
     r"(?:一种|常见的?|典型的?)(?:误解|错误观点|错误说法|说法|看法)(?:是|认为)?|乍一看|乍看之下|表面上看|some people (?:think|say|believe)"
 )
+# "说 DP 能省显存的人，是把…" / "这种认为…的说法": a noun phrase that reports a belief, opening a clause.
+# Only the phrase is reported; what the clause goes on to say of it is the student's own.
+_REPORT_NP = re.compile(
+    r"(?:^|(?<=[,:，：]))\s*(?:那些|这些|凡是|所有|这种|那种|一种|这个|那个)?\s*(?:说|认为|觉得|以为|主张|声称)"
+    r"[^,:;，：；。!?]{1,40}?的(?:人|同学|那些人|说法|观点|看法|想法)"
+)
 # A correction by the student ends a report (同桌说 X，我算了一下…): what follows is the student's own.
 _CORRECTION = re.compile(
     r"我(?:纠正|指出|提醒|算了(?:一下|下)?|查了|验证了|觉得不对|认为不对|不这么看)"
@@ -254,6 +262,11 @@ _CORRECTION = re.compile(
 )
 _CONTRAST = re.compile(
     r"但是|但|然而|可是|(?<=[,，])\s*可(?![以能是见否])|实际上|其实|事实上|而是|后来|现在(?:我)?(?:知道|明白)|however|actually"
+)
+# "…，这是把 ZeRO 和 DP 搞混了" / "这是混淆了…" / "他是把 A 当成了 B": the clause before is a confusion.
+_MIXED_UP = (
+    r"(?:这|那|他|她|他们)(?:其实|就|只)?(?:是)?(?:把[^,:;，：；。!?]{1,30}?(?:搞混|弄混|混淆|混为一谈|(?:当成|当作|看成)了)"
+    r"|(?:混淆|搞混|弄混)了)"
 )
 _REFUTATION = re.compile(
     r"(?:这|此|该)(?:种|个|一|样)?(?:说法|观点|理解|看法|想法)?(?:其实|实际上)?(?:是|属于|并|完全)*(?:一种|一个)?(?:错误|错|误解|误区|不对|不正确|不成立)"
@@ -263,19 +276,26 @@ _REFUTATION = re.compile(
     r"|我(?:觉得|认为)?(?:站不住|不同意|不认同|不赞同)|站不住(?:脚)?|(?:可|并)不是这样|那可不是"
     r"|(?:(?<=[,:，：])|^)\s*没(?:有)?用(?:的|啊|呀)?\s*(?=[,:;。!?]|—|--|$)"
     r"|(?:那)?就(?:大错特错|错|不对)了(?=[,:;。!?]|—|--|$)"  # 说整个耗时跟 p 无关就错了
+    rf"|{_MIXED_UP}"
     r"|并非如此|其实不然|事实并非如此|that(?:[’']s| is) (?:wrong|a myth|not true|false)|is (?:just |simply |plain |flat )?wrong"
     r"|(?:is|that[’']s|this is) (?:a )?(?:common )?(?:misconception|myth)|this is (?:not true|false|untrue)"
 )
 _REFUTATION_START = re.compile(
     r"^(?:但|但是|然而|可是|其实)?(?:这|此|该|这种|这个|这一|这样的?)(?:说法|观点|理解|看法|想法)?(?:是|属于|并)?(?:一种|一个)?(?:完全)?(?:错误|错|误解|误区|不对|不正确|不成立)"
     r"|^(?:this|that)(?: is|[’']s) (?:(?:just |simply )?(?:not true|wrong|false|untrue)|a (?:common )?(?:myth|misconception))"
+    rf"|^{_MIXED_UP}"
     r"|^(?:其实不然|并非如此|事实并非如此|不对|错|没(?:有)?用(?:的|啊|呀)?\s*(?:[,:;。!?]|$)|那可不是|可不是这样)|^(?:但|但是|然而|可是)?(?:其实|实际上|事实上)(?:并)?(?:不会|不是|不对|不然|没有|不成立)"
 )
 # A condition makes its antecedent hypothetical: it earns key points but fires no veto. A mere softener
 # (可能, 好像, 大概) does not withdraw the claim: the veto fires and is flagged for review (``_review``).
 _HEDGES = re.compile(r"如果|假如|假设|若|要是|万一|倘若|一旦|(?<![a-z])(?:if|when)\b")
 _HEDGE_FALSE = ["不可能", "尽可能", "若干"]
-_SENTENCE_END = re.compile(r"[。!?;\n]+|\.(?=\s|$)")
+# The period of an abbreviation (w.r.t., e.g., i.e., vs., etc., approx., cf.) ends no sentence.
+# The look-behinds follow the period, so they are read only where a period stands.
+_ABBREVIATION = (
+    r"(?<!w\.r\.t\.)(?<!\be\.g\.)(?<!\bi\.e\.)(?<!\bvs\.)(?<!\betc\.)(?<!\bapprox\.)(?<!\bcf\.)(?<!\bresp\.)"
+)
+_SENTENCE_END = re.compile(rf"(?:[。?;\n]|!(?!=))+|\.{_ABBREVIATION}(?=\s|$)")  # != is a sign, not a "!"
 # A dash (——, —, --) ends a clause like a comma: "…是不对的——…" closes the claim before it.
 # A comma inside brackets of formula or code, as in a shape (b,s,h) or f(x, y), separates items, not
 # clauses. A bracketed Chinese aside (比如 TP，通信多) may hold clauses of its own, so its commas cut.
@@ -319,6 +339,10 @@ _CLAUSE_END = _ClauseEnds()
 NEG_WORDS = 8
 NEG_CHARS = 64
 NEG_CHAIN = 1  # words that may stand between two cues that negate together (不是不能)
+# ≠ / != deny the comparison they stand in (ZeRO-3 通信量 ≠ DP 通信量): its right-hand side, a few words
+# at most, not a predicate further on (P 均匀 ≠ 负载均匀（大家都以微弱优势选同一专家）).
+_SIGNS = frozenset({"≠", "!="})
+SIGN_WORDS = 2
 # 不能说 / 不是说 / 不等于说 negate a whole statement: they reach a second cue anywhere in the window
 # (不能说 TP 不省参数显存 says TP does save it).
 _SAYING = re.compile(r"说|认为|代表|意味着|等于说")
@@ -450,6 +474,8 @@ def _negates(m: re.Match[str], text: str, offset: int = 0) -> bool:
     except the 不 of a verb with its complement (得不到, 放不下, 做不完)."""
     bounds = word_bounds(text)
     a, b = offset + m.start(), offset + m.end()
+    if _compares(text, a, b):
+        return False
     if a in bounds:
         return True
     start = max((k for k in bounds if k < a), default=0)
@@ -458,10 +484,20 @@ def _negates(m: re.Match[str], text: str, offset: int = 0) -> bool:
     return m.group() == "不" and start == a - 1 and b + 1 in bounds and bool(_HAN.match(text[a - 1 : a]))
 
 
-# Adverbs that the segmenter glues to a negation cue (绝不, 毫无, 从未, 并非); the word still negates.
+# Adverbs that the segmenter glues to a negation cue (绝不, 毫无, 从未, 并非, 可不是); the word still negates.
+# 可 glued to 不 is emphatic (FSDP 可不是 TP): jieba reads 可不是 as one word, "exactly", a sense it
+# has only as a reply, where the refutation forms (那可不是) already read it.
 _NEG_ADVERBS = frozenset(
-    "绝 毫 从 并 决 永 尚 也 都 就 还 亦 而 仍 均 皆 全 根本 完全 丝毫 始终 从来 绝对 一概 几乎 压根 千万".split()
+    "绝 毫 从 并 决 永 尚 也 都 就 还 亦 而 仍 均 皆 全 可 根本 完全 丝毫 始终 从来 绝对 一概 几乎 压根 千万".split()
 )
+# 比不开 / 比没有重计算时: a cue right after 比 names the baseline of a comparison (比不开更快 says it
+# is faster), it does not negate the predicate. 比不上 / 比不过 / 比不了 are "cannot match": negations.
+_COMPARED_TO = re.compile(r"(?:上|过|了)")
+
+
+def _compares(text: str, a: int, b: int) -> bool:
+    """Is the cue text[a:b] the baseline of a comparison (比不开, 比没有 ZeRO 时) rather than a negation?"""
+    return a > 0 and text[a - 1] == "比" and not _COMPARED_TO.match(text, b)
 
 
 def _simplified(text: str) -> str:
@@ -611,6 +647,8 @@ def split_sentences(original: str) -> list[Sentence]:
         nxt = norm[raw[i + 1][0] : raw[i + 1][1]].strip() if i + 1 < len(raw) else ""
         status, regions = _status(text, nxt)
         answered = _answered(text, nxt) if status == "question" else None
+        if answered == "flip" and _NOT_SO.search(text):
+            answered, text = "agree", _NOT_SO.sub(lambda m: m.group(1) + "＿" * len(m.group(2)), text)
         if answered:
             status = "asserted"
             text = _plain_question(text)
@@ -634,15 +672,24 @@ def split_sentences(original: str) -> list[Sentence]:
 
 # A short reply right after a question: 当然能。/ 不能，因为… / 是的。/ 对，不能。/ 不对，能。
 # It may open with agreement (对, 是的) or disagreement (不对) with the question as worded, and may
-# echo the verb (能 / 不能), which says the polarity outright.
+# echo the verb (能 / 不能), which says the polarity outright. A short negated comparison (不完全一样,
+# 不多, 不大, 不高) denies the question's predicate; 不少 / 不小 are left out, they mean "many" / "large".
+# A dash may follow the reply (确实不用——…), as a comma may.
 _REPLY = re.compile(
     r"^(?:答[:：]?\s*)?(?:(?:当然|肯定|显然|确实|其实|实际上|事实上|答案是)\s*(?:也)?\s*(?=[^\s,，。;；!?]))?"
     r"(?:(?P<agree>是的|对的|对啊|没错|对|嗯|当然|yes|right)|(?P<disagree>不对|错了|错|no|wrong))?"
     r"\s*[,:，：]?\s*(?:当然|肯定|确实|其实)?\s*(?:也)?\s*"
-    r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|没有用|没用|没有|未必|不一定|不见得|不一样|否|不)|(?P<yes>能|可以|会|是|行|需要|要|有|一样))?"
-    r"\s*(?:的|啊|呀)?\s*(?=[,:;。!?，：；]|\.(?!\d)|$)"
+    r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|没有用|没用|没有|未必|不一定|不见得|不一样"
+    r"|不(?:完全|太|怎么|全|很)?(?:一样|相同|相等|等|多|大|高)|不(?:完全|全|太)是|否|不)|(?P<yes>能|可以|会|是|行|需要|要|有|一样))?"
+    r"\s*(?:的|啊|呀)?\s*(?=[,:;。!?，：；]|—|--|\.(?!\d)|$)"
 )
 _RHETORICAL = re.compile(r"难道|岂不|何尝|不就|不也|不是[^,:;，：；]*[吗么]")
+# "这不是…吗？" / "难道不是…吗？" / "岂不是…": the 不是 only makes the question rhetorical, and the
+# sentence asserts what it holds, as worded (层数按 pp 平分，激活也跟着平分，这不是很自然吗？). Its
+# 不是 is blanked and the rest read as a statement; 难道 X 不能 Y 吗 keeps "flip", its 不 is X's.
+_NOT_SO = re.compile(
+    r"(难道|岂|(?:^|(?<=[,:，：\s]))(?:但是?|可是?|而)?\s*(?:这|那))\s*(不是|不就是|不也是)(?=[^?？]*(?:[吗么嘛]|[?？]))"
+)
 
 
 def _plain_question(text: str) -> str:
@@ -729,6 +776,7 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
         if dash and text[m.end() : dash.start()].strip():
             ends.append(dash.start())  # 有人说 DP 能省显存——DP 的显存其实不变: the dash ends the report
         regions.append((m.start(), min(ends), "reported"))
+    regions.extend((m.start(), m.end(), "reported") for m in islice(_REPORT_NP.finditer(text), MAX_REGIONS))
     if _REFUTATION_START.search(next_text):
         return "refuted", ()
     for r in refutations:
@@ -736,7 +784,10 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
         regions.append((_refuted_start(text, r, contrast_ends[k - 1] if k else 0), r, "refuted"))
     regions.extend(_embedded_questions(text))
     masked = _mask(text, _HEDGE_FALSE)
-    condition = next((m for m in _HEDGES.finditer(masked) if _whole(m, text) and _conditional(m, masked)), None)
+    condition = next(
+        (m for m in _HEDGES.finditer(masked) if (_whole(m, text) or _hedge_said(m, text)) and _conditional(m, masked)),
+        None,
+    )
     if condition is None:
         return "asserted", tuple(regions)
     # Only the antecedent is hypothetical: the consequent (如果把 pp 加到 16，激活就能降到一半) is the
@@ -867,6 +918,13 @@ def _refuted_start(text: str, r: int, floor: int) -> int:
     return max(lo, floor)
 
 
+def _hedge_said(m: re.Match[str], text: str) -> bool:
+    """Is the cue the start of 如果说 / 假如说 / 要是说? jieba keeps these one word, yet they open a
+    condition just as 如果 does (如果说分片后结果不一样，…); 如果说起 stays 如果 + 说起."""
+    end = m.end() + 1
+    return text[m.end() : end] == "说" and m.start() in word_bounds(text) and end in word_bounds(text)
+
+
 def _conditional(m: re.Match[str], text: str) -> bool:
     """Is this cue a condition? 要是 is one only with a consequence (…，/ 就 / 的话 / 那); else it means "must be"."""
     return m.group() != "要是" or bool(re.search(r"就|的话|那|则|会|[,，]", text[m.end() :]))
@@ -914,21 +972,36 @@ def negated(text: str, start: int, end: int, masks: tuple[tuple[int, int], ...] 
             for k in range(max(a, lo), b):
                 chars[k - lo] = "＿"
     false_cues = _false_cues(text, start)
+    for a, b in _a_not_a(_mask(text[lo:start], false_cues), text[start : start + 1]):
+        chars[a:b] = "＿" * (b - a)
     window = _mask(_A_NOT_A.sub(lambda m: "＿" * 3, _mask("".join(chars), false_cues)), false_cues)
     count, reach = 0, start
     for m in reversed([m for m in _CUE_RE.finditer(window) if _negates(m, text, lo)]):
         # The nearest cue within NEG_WORDS words negates the head; a cue before it counts only when it
         # stands right against it (不是不能), else it negates a predicate of its own (不能 X（没法 Y）).
         chain = NEG_WORDS if reach == start or _SAYING.match(text, lo + m.end()) else NEG_CHAIN
+        if m.group() in _SIGNS:
+            chain = min(chain, SIGN_WORDS)
         if _words_between(text, lo + m.end(), reach, masks) > chain:
             break
         count, reach = count + 1, lo + m.start()
     if _POST_NEG.match(text[end : end + 3]):
         count += 1
+    if text[start - 1 : start + 1] == "!=":
+        count += 1  # the head is the = of != (a term "=" states equality; != denies it)
     clause_end = _CLAUSE_END.search(text, end)
     if _TAIL_NEG.match(text, end, clause_end.start() if clause_end else len(text)):
         count += 1
     return count % 2 == 1
+
+
+def _a_not_a(window: str, after: str) -> list[tuple[int, int]]:
+    """Spans of the A-not-A forms (是不是, 跨不跨) in ``window``, read before other terms are masked.
+
+    ``after`` is the text right after the window: in 跨不跨节点 the term 跨节点 starts at the second 跨,
+    so the form ends past the window (and inside a term), yet its 不 only makes the choice: TP 跨不跨
+    节点影响不大 negates nothing."""
+    return [(m.start(), min(m.end(), len(window))) for m in _A_NOT_A.finditer(window + after)]
 
 
 def _false_cues(text: str, start: int) -> list[str]:
@@ -1007,7 +1080,7 @@ def _scope_start(window: str) -> int:
 
 _CUE_RE = re.compile(
     "|".join(
-        re.escape(c) if not c.isascii() else rf"(?<![a-z0-9_']){re.escape(c)}(?![a-z0-9_'])"
+        rf"(?<![a-z0-9_']){re.escape(c)}(?![a-z0-9_'])" if c.isascii() and c[0].isalpha() else re.escape(c)
         for c in sorted(_NEG_CUES, key=len, reverse=True)
     )
 )
@@ -1925,8 +1998,11 @@ def _objects_in_scope(
 # word that the rubric lists as a veto subject or ``unless`` term, or a Chinese …并行. A clause that
 # opens with a quantity or a modifier (每个 token 要做的计算就越多) keeps the topic of the sentence.
 _OPENER = re.compile(r"\s*(?:(?:而且|而|但是|但|并且|不过|and|but|while|whereas)(?![a-z])\s*)?")
-_NAME_TAIL = re.compile(r"[a-z0-9_.+-]*")  # the rest of a name the rubric term starts (zero → zero-3)
-_TECHNIQUE = re.compile(r"[a-z][a-z0-9_.+-]*|[\u4e00-\u9fff]{1,5}并行")
+# The rest of a name the rubric term starts (zero → zero-3, zero-1/2).
+_NAME_TAIL = re.compile(r"(?:[a-z0-9_.+-]|/(?=[0-9]))*")
+_TECHNIQUE = re.compile(r"[a-z](?:[a-z0-9_.+-]|/(?=[0-9]))*|[\u4e00-\u9fff]{1,5}并行")
+# Two techniques joined at a clause's start (ZeRO 和 FSDP 把…, ZeRO-1/2 和 DP 持平) are the clause's subject.
+_AND = re.compile(r"\s*(?:和|与|跟|及|以及|、|/|&|and(?![a-z]))\s*")
 _SUBJECT_MARKER = re.compile(
     r"\s*(?:把|被|将|会|能|可以|则|就|也|让|使|只|才|需要|要|的"
     r"|(?:is|are|can|will|does|do|reduces?|keeps?|needs?|cuts?|saves?)(?![a-z]))"
@@ -1954,11 +2030,29 @@ def _names_own_subject(p: Pattern, answer: _Answer, i: int, lo: int, h0: int, ow
     names = [(a, _name_end(text, b, h0)) for a, b in names]
     return any(
         _TECHNIQUE.fullmatch(text, a, b)
-        and _SUBJECT_MARKER.match(text, b, h0)
+        and (_SUBJECT_MARKER.match(text, b, h0) or _pair(answer, i, b, h0))
         and not any(x < b and a < y for x, y in own)
         and not (p.subject and p.subject.fullmatch(text, a, b))
         for a, b in names
     )
+
+
+def _pair(answer: _Answer, i: int, b: int, h0: int) -> bool:
+    """Does a second technique (a rubric subject or ``unless`` name, or a …并行) follow the name that
+    ends at ``b`` (ZeRO 和 FSDP, ZeRO-1/2 和 DP)?
+
+    Two techniques joined at the start of a clause are what the clause is about (ZeRO 和 FSDP 把梯度
+    切分到多张卡上; ZeRO-1/2 和 DP 持平), so it needs no verb right after them to name its own subject.
+    """
+    text = answer.sentences[i].text
+    joint = _AND.match(text, b, h0)
+    if not joint or joint.end() == b:
+        return False
+    pos = joint.end()
+    if any(sp[0] == pos for rx in answer.subjects if (sp := _within(answer.hits(i, rx), pos, h0))):
+        return True
+    m = _TECHNIQUE.match(text, pos, h0)
+    return bool(m and m.group().endswith("并行"))
 
 
 def _polarity_negative(

@@ -658,3 +658,72 @@ def test_a_negation_inside_a_terms_gap_negates_it(tmp_path: Path, text: str, fir
     path.write_text(GAP_RUBRIC, encoding="utf-8")
     gap = load_rubric(path, "rubric.yml")
     assert {v.id for v, _ in score_answer(gap, "q1", text).vetoes} == fired
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("用 DP 训练比不用更省每卡显存。", True),  # 比不用: a comparison, not a negation
+        ("开了 DP，每卡显存比没开变少了。", True),
+        ("DP 可不是能降低每卡显存的办法。", False),  # 可不是 negates
+        ("如果说 DP 能降低每卡显存，那 ZeRO 就白做了。", False),  # 如果说 opens a condition
+        ("每张卡都只存一部分，DP 能降低每卡显存，这不是很明显吗？", True),  # asserts its content
+        ("难道不是 DP 降低了每卡显存吗？", True),
+        ("DP 能降低每卡显存吗？当然能——每张卡只存一部分。", True),  # a reply before a dash
+        ("DP 的吞吐不是线性增长的吗？不完全是。", False),  # a negative reply
+        ("说 DP 能降低每卡显存的人，是把 ZeRO 当成了 DP。", False),  # 说…的人 reports
+        ("DP 能降低每卡显存，这是混淆了两种做法。", False),  # 这是混淆了 refutes the clause before
+        # two techniques open the clause: it does not borrow DP from the first clause
+        ("DP 每一步都同步梯度，ZeRO-1/2 和 FSDP 线性增长。", False),
+        ("DP 每一步都同步梯度，吞吐随卡数线性增长。", True),
+    ],
+)
+def test_cues_the_rubric_tuners_reported(rubric: Rubric, text: str, fires: bool) -> None:
+    assert bool(vetoes(rubric, text) & {"dp-cuts-memory", "dp-linear"}) is fires
+
+
+SIGN_RUBRIC = """
+questions:
+  q1:
+    key_points:
+      - {id: a, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
+  q2:
+    key_points:
+      - {id: a, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
+  q3:
+    key_points:
+      - {id: a, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
+vetoes:
+  - id: tp-cross-fine
+    says: 认为 TP 跨节点没有影响
+    explain: TP 的通信在关键路径上。
+    any:
+      - claim:
+          subject: ['tp']
+          predicate: ['影响(也|都)?不大']
+          object: ['跨 ?(节点|机器)']
+  - id: zero3-same
+    says: 认为 ZeRO-3 的通信量与 DP 相同
+    explain: ZeRO-3 多一次参数 all-gather。
+    any:
+      - claim:
+          subject: ['zero-?3']
+          predicate: ['=', '等于']
+          object: ['dp']
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "fired"),
+    [
+        ("TP 跨不跨机器影响都不大。", {"tp-cross-fine"}),  # the 不 of an A-not-A negates nothing
+        ("TP 跨机器影响不大。", {"tp-cross-fine"}),
+        ("ZeRO-3 的通信量 = DP 的通信量。", {"zero3-same"}),
+        ("ZeRO-3 的通信量 != DP 的通信量。", set()),  # != denies the comparison it stands in
+    ],
+)
+def test_choices_and_inequality_signs(tmp_path: Path, text: str, fired: set[str]) -> None:
+    path = tmp_path / "rubric.yml"
+    path.write_text(SIGN_RUBRIC, encoding="utf-8")
+    signs = load_rubric(path, "rubric.yml")
+    assert {v.id for v, _ in score_answer(signs, "q1", text).vetoes} == fired

@@ -382,3 +382,68 @@ def test_a_counterfactual_consequent_is_hypothetical(text: str, word: str, statu
 )
 def test_a_refutation_may_grade_the_misconception_and_call_it_baseless(text: str, word: str, status: str) -> None:
     assert status_at(text, word) == status
+
+
+@pytest.mark.parametrize(
+    ("text", "word", "expected"),
+    [
+        ("开了重计算以后每一步反而比不开慢一些", "慢", False),  # 比不开 names the baseline
+        ("切了 ZeRO 之后比没有 ZeRO 时省显存", "省", False),
+        ("DP 比不上 ZeRO 省显存", "省", True),  # 比不上 is "cannot match": a negation
+        ("ZeRO-1 可不是把参数也切开了", "切开", True),  # emphatic 可 glued to 不是
+        ("这个 batch 能不能放下主要看显存", "能放下", False),  # the A-not-A runs into the head
+        ("PP 分不分组对气泡影响不大", "分组", False),
+        ("TP 的通信量 ≠ PP 的通信量", "pp", True),
+        ("TP 的通信量 != PP 的通信量", "pp", True),
+    ],
+)
+def test_comparisons_choices_and_signs(text: str, word: str, expected: bool) -> None:
+    s = split_sentences(text)[0].text
+    start = s.rindex(word.lower())
+    assert negated(s, start, start + len(word)) is expected
+
+
+def test_rushuo_opens_a_condition() -> None:
+    text = "如果说 TP 的通信能藏起来，那也只能藏住一部分。"
+    assert status_at(text, "藏起来") == "hedged"
+    assert status_at(text, "一部分") == "asserted"
+
+
+@pytest.mark.parametrize(
+    ("text", "answered"),
+    [
+        ("参数切成 N 份，每卡只存 1/N，这不是很省吗？", "agree"),  # asserts what it holds, as worded
+        ("难道不是 TP 的通信更多吗？", "agree"),
+        ("难道 TP 不能跨节点吗？", "flip"),  # the 不 is the predicate's own
+        ("两种算法的结果相同吗？不完全相同。", "negative"),
+        ("流水线的气泡多吗？当然不多。", "negative"),
+        ("反向的通信量比前向高吗？不高。", "negative"),
+        ("TP 的吞吐能线性增长吗？不完全是。", "negative"),
+        ("需要再同步一次吗？不用——每张卡已经有完整的梯度。", "negative"),  # a dash after the reply
+        ("流水线的气泡多吗？不少。", None),  # 不少 means "many": no negative reply
+    ],
+)
+def test_rhetorical_negations_and_negative_replies(text: str, answered: str | None) -> None:
+    assert split_sentences(text)[0].answered == answered
+
+
+@pytest.mark.parametrize(
+    ("text", "word", "status"),
+    [
+        ("觉得 TP 能跨节点的人，是把 NVLink 当成了网卡。", "跨节点", "reported"),
+        ("这种认为流水线没有气泡的说法，忽略了填充和排空。", "没有气泡", "reported"),
+        ("这种认为流水线没有气泡的说法，忽略了填充和排空。", "排空", "asserted"),
+        ("ZeRO-2 也切分了激活，这是把梯度和激活搞混了。", "切分了激活", "refuted"),
+        ("TP 只在反向通信，这是混淆了 TP 和 DP。", "反向通信", "refuted"),
+        ("TP 只在反向通信。这是把 TP 和 DP 弄混了。", "反向通信", "refuted"),
+        ("我觉得 TP 通信多的原因是每层都要同步。", "每层", "asserted"),
+    ],
+)
+def test_reporting_phrases_and_mix_ups(text: str, word: str, status: str) -> None:
+    assert status_at(text, word) == status
+
+
+def test_abbreviations_and_not_equal_end_no_sentence() -> None:
+    text = "Memory grows w.r.t. the batch, e.g. activations, i.e. approx. linearly. TP vs. PP differs, etc. too."
+    assert len(split_sentences(text)) == 2
+    assert len(split_sentences("ZeRO-3 的通信量 != DP 的通信量！所以更慢。")) == 2
