@@ -674,13 +674,15 @@ def split_sentences(original: str) -> list[Sentence]:
 # It may open with agreement (对, 是的) or disagreement (不对) with the question as worded, and may
 # echo the verb (能 / 不能), which says the polarity outright. A short negated comparison (不完全一样,
 # 不多, 不大, 不高) denies the question's predicate; 不少 / 不小 are left out, they mean "many" / "large".
-# A dash may follow the reply (确实不用——…), as a comma may.
+# A dash may follow the reply (确实不用——…), as a comma may. A reply may say how far it goes
+# (不能完全藏 is still a no, 能完全藏住 a yes).
 _REPLY = re.compile(
     r"^(?:答[:：]?\s*)?(?:(?:当然|肯定|显然|确实|其实|实际上|事实上|答案是)\s*(?:也)?\s*(?=[^\s,，。;；!?]))?"
     r"(?:(?P<agree>是的|对的|对啊|没错|对|嗯|当然|yes|right)|(?P<disagree>不对|错了|错|no|wrong))?"
     r"\s*[,:，：]?\s*(?:当然|肯定|确实|其实)?\s*(?:也)?\s*"
     r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|没有用|没用|没有|未必|不一定|不见得|不一样"
     r"|不(?:完全|太|怎么|全|很)?(?:一样|相同|相等|等|多|大|高)|不(?:完全|全|太)是|否|不)|(?P<yes>能|可以|会|是|行|需要|要|有|一样))?"
+    r"(?:(?<=能|会|用|行)(?:完全|全部|彻底|真正)[\u4e00-\u9fff]{1,3})?"
     r"\s*(?:的|啊|呀)?\s*(?=[,:;。!?，：；]|—|--|\.(?!\d)|$)"
 )
 _RHETORICAL = re.compile(r"难道|岂不|何尝|不就|不也|不是[^,:;，：；]*[吗么]")

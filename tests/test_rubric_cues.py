@@ -421,6 +421,8 @@ def test_rushuo_opens_a_condition() -> None:
         ("TP 的吞吐能线性增长吗？不完全是。", "negative"),
         ("需要再同步一次吗？不用——每张卡已经有完整的梯度。", "negative"),  # a dash after the reply
         ("流水线的气泡多吗？不少。", None),  # 不少 means "many": no negative reply
+        ("ZeRO-3 的通信能被预取藏起来吗？不能完全藏住。", "negative"),  # a reply that says how far it goes
+        ("ZeRO-3 的通信能被预取藏起来吗？能完全藏住。", "positive"),
     ],
 )
 def test_rhetorical_negations_and_negative_replies(text: str, answered: str | None) -> None:
