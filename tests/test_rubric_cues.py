@@ -439,6 +439,8 @@ def test_rhetorical_negations_and_negative_replies(text: str, answered: str | No
         ("TP 只在反向通信，这是混淆了 TP 和 DP。", "反向通信", "refuted"),
         ("TP 只在反向通信。这是把 TP 和 DP 弄混了。", "反向通信", "refuted"),
         ("我觉得 TP 通信多的原因是每层都要同步。", "每层", "asserted"),
+        ("有人会想把 TP 开到跨节点也没事，其实跨节点带宽差太多。", "跨节点也没事", "reported"),
+        ("我的想法是把 TP 留在节点内。", "节点内", "asserted"),  # 想法 is a noun, no report
     ],
 )
 def test_reporting_phrases_and_mix_ups(text: str, word: str, status: str) -> None:
