@@ -608,7 +608,8 @@ def test_a_counterfactual_consequent_asserts_nothing(rubric: Rubric, text: str, 
     assert bool(vetoes(rubric, text) & {"dp-cuts-memory", "dp-linear"}) is fires
 
 
-GAP_RUBRIC = """
+# Three questions with one placeholder key point each: the small rubrics below test vetoes only.
+PLACEHOLDER_QUESTIONS = """
 questions:
   q1:
     key_points:
@@ -619,7 +620,11 @@ questions:
   q3:
     key_points:
       - {id: a, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
-vetoes:
+"""
+
+GAP_RUBRIC = (
+    PLACEHOLDER_QUESTIONS
+    + """vetoes:
   - id: more-bytes
     says: 认为通信次数翻倍，字节数也翻倍
     explain: 每次消息减半。
@@ -639,6 +644,7 @@ vetoes:
     any:
       - head: ['放[^，。]{0,4}不下']
 """
+)
 
 
 @pytest.mark.parametrize(
@@ -682,18 +688,9 @@ def test_cues_the_rubric_tuners_reported(rubric: Rubric, text: str, fires: bool)
     assert bool(vetoes(rubric, text) & {"dp-cuts-memory", "dp-linear"}) is fires
 
 
-SIGN_RUBRIC = """
-questions:
-  q1:
-    key_points:
-      - {id: a, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
-  q2:
-    key_points:
-      - {id: a, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
-  q3:
-    key_points:
-      - {id: a, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
-vetoes:
+SIGN_RUBRIC = (
+    PLACEHOLDER_QUESTIONS
+    + """vetoes:
   - id: tp-cross-fine
     says: 认为 TP 跨节点没有影响
     explain: TP 的通信在关键路径上。
@@ -711,6 +708,7 @@ vetoes:
           predicate: ['=', '等于']
           object: ['dp']
 """
+)
 
 
 @pytest.mark.parametrize(
