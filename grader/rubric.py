@@ -28,7 +28,7 @@ import sys
 import tempfile
 import unicodedata
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -39,6 +39,7 @@ from ruamel.yaml.error import YAMLError
 
 from .errors import SourceError
 from .lesson import QUESTION_IDS, QUESTION_POINTS
+from .literals import Index, anchors, folded
 from .text import clean
 from .yamlio import load_yaml
 
@@ -1147,6 +1148,7 @@ class Rubric:
     prose_exceptions: list[ProseException] = field(default_factory=list)
     terms: tuple[re.Pattern[str], ...] = ()  # every term the rubric knows: what a keyword list is made of
     subjects: tuple[re.Pattern[str], ...] = ()  # veto subjects and unless terms: who else a clause may be about
+    literals: Index = field(default_factory=lambda: Index(()))  # the prefilter (grader.literals)
 
     def vetoes_for(self, question: str) -> list[Veto]:
         return [v for v in self.vetoes if question in v.questions]
@@ -1494,19 +1496,8 @@ def load_rubric(path: Path, display: str) -> Rubric:
         )
     exceptions = _prose_exceptions(data.get("prose_exceptions"), {v.id for v in vetoes}, ld)
     rubric = Rubric(display, key_points, vetoes, exceptions, _terms(ld, key_points, vetoes), _subjects(vetoes))
-    warm(rubric)
+    rubric.literals = Index(_expressions(rubric))
     return rubric
-
-
-def warm(rubric: Rubric) -> None:
-    """Read each term's literals now, so that scoring an answer never pays for it.
-
-    ``load_rubric`` calls it. The literals live in a cache of at most ``MAX_ANCHOR_CACHE`` terms that
-    is emptied when full (a process that loads many rubrics), so a caller that must not pay for them
-    while scoring (the work-counting tests) calls it again just before.
-    """
-    for rx in _expressions(rubric):
-        anchors(rx)
 
 
 def _expressions(rubric: Rubric) -> Iterator[re.Pattern[str]]:
@@ -1573,155 +1564,6 @@ Span = tuple[int, int]
 _Clause = tuple[int, int]  # (sentence index, start of the statement): one thing said
 
 
-# --- prefilter: literals a match must contain -------------------------------------------------
-# Most terms match in few sentences, and a regular expression that fails still tries every position.
-# Each term is therefore read once for the literal strings that any match of it must contain (one per
-# alternative), and a sentence that holds none of them is skipped without running the expression.
-# Both sides are compared lower-cased, with the only two characters that re.IGNORECASE matches to an
-# ASCII letter besides its own cases folded in (ı ~ i, ſ ~ s); a literal keeps only ASCII characters
-# and characters without case (Han, digits, punctuation), so that the test never skips a real match.
-_FOLD = str.maketrans({"ı": "i", "ſ": "s"})
-_QUANTIFIER = re.compile(r"(?:[*?+]|\{(\d*)(?:,\d*)?\})[?+]?")
-_ZERO_WIDTH_ESCAPES = frozenset("bBAZ")
-_CLASS_ESCAPES = frozenset("dDwWsS")
-MAX_ANCHOR_CACHE = 65536  # terms whose literals are remembered; a long-running grader reloads rubrics
-
-
-class _NoAnchor(Exception):
-    """A construct the literal reader does not follow: the term is always run."""
-
-
-def _folded(text: str) -> str:
-    """Text as the prefilter compares it: lower-cased, ı and ſ folded to i and s."""
-    return text.lower().translate(_FOLD)
-
-
-_anchor_cache: dict[int, tuple[re.Pattern[str], tuple[str, ...] | None]] = {}
-
-
-def anchors(rx: re.Pattern[str]) -> tuple[str, ...] | None:
-    """Folded literals of which every match of ``rx`` contains at least one; None if not known.
-
-    Cached by the pattern object's identity (the entry keeps the object alive, so an id is never
-    reused while cached): hashing a compiled pattern hashes its whole code, which would cost more
-    than the lookup saves.
-    """
-    entry = _anchor_cache.get(id(rx))
-    if entry is not None and entry[0] is rx:
-        return entry[1]
-    if len(_anchor_cache) >= MAX_ANCHOR_CACHE:
-        _anchor_cache.clear()
-    found: tuple[str, ...] | None = None
-    if not rx.flags & re.VERBOSE:
-        try:
-            need, end = _alternation(rx.pattern, 0)
-            found = need if end == len(rx.pattern) else None
-        except (_NoAnchor, IndexError):
-            found = None
-    _anchor_cache[id(rx)] = (rx, found)
-    return found
-
-
-def _alternation(p: str, i: int) -> tuple[tuple[str, ...] | None, int]:
-    """Read branches up to a closing parenthesis or the end: every branch must name a literal."""
-    need, i = _sequence(p, i)
-    options = list(need or ())
-    known = need is not None
-    while i < len(p) and p[i] == "|":
-        need, i = _sequence(p, i + 1)
-        known = known and need is not None
-        options += need or ()
-    return (tuple(dict.fromkeys(options)) if known else None), i
-
-
-def _sequence(p: str, i: int) -> tuple[tuple[str, ...] | None, int]:
-    """Read one branch: the longest run of required literal characters, or a required group's literals."""
-    choices: list[tuple[str, ...]] = []
-    run: list[str] = []
-
-    def close() -> None:
-        if run:
-            choices.append(("".join(run),))
-            run.clear()
-
-    while i < len(p) and p[i] not in "|)":
-        kind, value, i = _atom(p, i)
-        q = _QUANTIFIER.match(p, i)
-        least = 1
-        if q:
-            i = q.end()
-            least = 0 if q.group()[0] in "*?" else int(q.group(1) or 0) if q.group()[0] == "{" else 1
-        if kind == "literal" and least and _plain(value):
-            run.append(value.lower())
-            if q:
-                close()  # a repeated character ends the run it belongs to
-            continue
-        close()
-        if kind == "group" and least and value:
-            choices.append(tuple(value))
-    close()
-    if not choices:
-        return None, i
-    return max(choices, key=lambda c: min(len(s) for s in c)), i
-
-
-def _plain(ch: str) -> bool:
-    """May this character stand in a literal? ASCII, or a character without case (Han, digits)."""
-    return ch.isascii() or ch.lower() == ch == ch.upper()
-
-
-def _atom(p: str, i: int) -> tuple[str, Any, int]:
-    """One atom at p[i]: ("literal", ch), ("group", literals or None), ("other", None) or ("zero", None)."""
-    ch = p[i]
-    if ch == "\\":
-        nxt = p[i + 1]
-        if nxt.isascii() and nxt.isalnum():
-            if nxt in _ZERO_WIDTH_ESCAPES:
-                return "zero", None, i + 2
-            if nxt in _CLASS_ESCAPES:
-                return "other", None, i + 2
-            raise _NoAnchor(nxt)  # \u4e00, \x41, \1, \n...: not followed
-        return "literal", nxt, i + 2
-    if ch == "[":
-        j = i + 1 + (p[i + 1] == "^")
-        j += p[j] == "]"  # a ] right after [ or [^ is a member
-        while p[j] != "]":
-            j += 2 if p[j] == "\\" else 1
-        return "other", None, j + 1
-    if ch == "(":
-        return _group(p, i)
-    if ch == ".":
-        return "other", None, i + 1
-    if ch in "^$":
-        return "zero", None, i + 1
-    if ch in "*+?{":
-        raise _NoAnchor(ch)
-    return "literal", ch, i + 1
-
-
-def _group(p: str, i: int) -> tuple[str, Any, int]:
-    """A group at p[i] == "(": its literals, or a zero-width assertion."""
-    if p.startswith("(?#", i):
-        return "zero", None, p.index(")", i) + 1
-    if p.startswith("(?P=", i):
-        return "other", None, p.index(")", i) + 1
-    for opener, what in (("(?:", "group"), ("(?=", "zero"), ("(?!", "zero"), ("(?<=", "zero"), ("(?<!", "zero")):
-        if p.startswith(opener, i):
-            kind, start = what, i + len(opener)
-            break
-    else:
-        if p.startswith("(?P<", i):
-            kind, start = "group", p.index(">", i) + 1
-        elif p.startswith("(?", i):
-            raise _NoAnchor("(?")  # inline flags, conditionals: not followed
-        else:
-            kind, start = "group", i + 1
-    need, j = _alternation(p, start)
-    if p[j] != ")":
-        raise _NoAnchor(")")
-    return kind, (need if kind == "group" else None), j + 1
-
-
 class _Answer:
     """An answer cut into sentences, with each term's matches per sentence found once.
 
@@ -1732,23 +1574,17 @@ class _Answer:
     Vetoes read every sentence. ``skipped`` collects why matches were passed over.
     """
 
-    def __init__(
-        self,
-        sentences: list[Sentence],
-        terms: tuple[re.Pattern[str], ...] = (),
-        grams: frozenset[str] = frozenset(),
-        subjects: tuple[re.Pattern[str], ...] = (),
-    ) -> None:
+    def __init__(self, rubric: Rubric, sentences: list[Sentence], grams: frozenset[str] = frozenset()) -> None:
         self.sentences = sentences
         self._hits: dict[tuple[int, int], list[Span]] = {}
-        self._folded = [_folded(s.text) for s in sentences]  # what the prefilter reads (see ``anchors``)
-        self._folded_all = "\n".join(self._folded)
+        self._need = rubric.literals.need
+        self._holding = rubric.literals.locate([folded(s.text) for s in sentences])  # literal → sentences
         self._candidates: dict[int, frozenset[int] | None] = {}  # per pattern: the sentences worth searching
         self._live_terms: list[re.Pattern[str]] | None = None  # terms the answer may hold
         self._term_spans: dict[int, list[Span]] = {}
-        self._terms = terms
+        self._terms = rubric.terms
         self._grams = grams
-        self.subjects = subjects
+        self.subjects = rubric.subjects
         self._barred: dict[int, str | None] = {}
         self._bare: dict[int, int | None] = {}
         self.skipped: set[str] = set()
@@ -1803,7 +1639,7 @@ class _Answer:
         """The matches in sentence i of every term of the rubric (those the answer may hold are tried)."""
         if i not in self._term_spans:
             if self._live_terms is None:
-                self._live_terms = [rx for rx in self._terms if self._where(rx) != frozenset()]
+                self._live_terms = [rx for rx in self._terms if self.where(rx) != frozenset()]
             self._term_spans[i] = [sp for rx in self._live_terms for sp in self.hits(i, rx)]
         return self._term_spans[i]
 
@@ -1839,7 +1675,7 @@ class _Answer:
         rid = id(rx)
         where = self._candidates.get(rid, ())
         if where == ():
-            where = self._where(rx)
+            where = self.where(rx)
         if where is not None and i not in where:
             return []
         key = (i, rid)
@@ -1848,21 +1684,21 @@ class _Answer:
             found = self._hits[key] = [m.span() for m in islice(rx.finditer(self.sentences[i].text), MAX_HITS)]
         return found
 
-    def _where(self, rx: re.Pattern[str]) -> frozenset[int] | None:
+    def where(self, rx: re.Pattern[str]) -> frozenset[int] | None:
         """The sentences that hold a literal ``rx`` needs, or None if every sentence must be searched."""
         rid = id(rx)
         if rid not in self._candidates:
-            need = anchors(rx)
-            found = None
-            if need is not None:
-                present = [a for a in need if a in self._folded_all]
-                found = (
-                    frozenset(k for k, text in enumerate(self._folded) if any(a in text for a in present))
-                    if present
-                    else frozenset()
-                )
-            self._candidates[rid] = found
+            need = self._need[rid] if rid in self._need else anchors(rx)
+            holding = self._holding
+            self._candidates[rid] = (
+                None if need is None else frozenset().union(*[holding[a] for a in need if a in holding])
+            )
         return self._candidates[rid]
+
+    def sentences_for(self, rx: re.Pattern[str] | None) -> Iterable[int]:
+        """The indices of the sentences where ``rx`` may match, in order (all of them for no term)."""
+        where = None if rx is None else self.where(rx)
+        return range(len(self.sentences)) if where is None else sorted(where)
 
 
 def _within(spans: list[Span], lo: int, hi: int) -> Span | None:
@@ -2163,12 +1999,6 @@ KEY_POINT_STATUSES = ("asserted", "hedged")
 VETO_STATUSES = ("asserted",)
 
 
-def _find(patterns: list[Pattern], answer: _Answer, allowed: tuple[str, ...]) -> tuple[Evidence | None, str | None]:
-    """The first match of any pattern in a sentence that may earn key points (see ``_Answer.barred``)."""
-    candidates, why = _candidates(patterns, answer, allowed, limit=1)
-    return (candidates[0][1] if candidates else None), why
-
-
 # Connectives that start a new statement inside a clause, for students who write without commas.
 _CONNECTIVES = re.compile(r"所以|因为|因此|而且|并且|但是|但|然而|可是|然后|同时|否则|不然|这样|那么|于是|而")
 
@@ -2188,7 +2018,8 @@ def _candidates(
             if len(out) >= limit:
                 return out, None
             continue
-        for s in answer.sentences:
+        for k in answer.sentences_for(p.head):
+            s = answer.sentences[k]
             taken: set[int] = {c for (i, c), _ in ((c, e) for c, e in out if c is not None) if i == s.index}
             while len(out) < limit:
                 hit, reason = _match(p, answer, s.index, allowed, frozenset(taken))
@@ -2235,13 +2066,6 @@ def _assign(options: list[list[tuple[_Clause | None, Evidence]]]) -> list[Eviden
     return [options[k][n][1] if n is not None else None for k, n in enumerate(chosen)]
 
 
-def find(
-    patterns: list[Pattern], sentences: list[Sentence], allowed: tuple[str, ...]
-) -> tuple[Evidence | None, str | None]:
-    """The first match of any pattern in the sentences (with evidence), else why the nearest failed."""
-    return _find(patterns, _Answer(sentences), allowed)
-
-
 def score_answer(rubric: Rubric, question: str, text: str, question_text: str | None = None) -> AnswerResult:
     """Score one answer: key points found (with evidence), missing ones, vetoes fired and suppressed.
 
@@ -2256,7 +2080,7 @@ def score_answer(rubric: Rubric, question: str, text: str, question_text: str | 
         text = text[:MAX_ANSWER_CHARS]
         notes.append(NOTE_TRUNCATED.format(limit=MAX_ANSWER_CHARS))
     grams = _grams(question_text) if question_text else frozenset()
-    answer = _Answer(split_sentences(text), rubric.terms, grams, rubric.subjects)
+    answer = _Answer(rubric, split_sentences(text), grams)
     if not any(_HAN.search(s.text) for s in answer.sentences):
         notes.append(NOTE_NO_CHINESE)
     fired: list[tuple[Veto, Evidence]] = []
@@ -2486,7 +2310,8 @@ def _veto_matches(veto: Veto, answer: _Answer) -> Iterator[tuple[int, Evidence, 
     together walk the sentence's first ``MAX_HEADS`` heads once.
     """
     for p in veto.patterns:
-        for i, s in enumerate(answer.sentences):
+        for i in answer.sentences_for(p.head):
+            s = answer.sentences[i]
             after, last = -1, None
             while True:
                 hit, why = _match(p, answer, i, ("asserted", *STATUSES), after=after)
@@ -2539,7 +2364,7 @@ def veto_firings(rubric: Rubric, question: str, text: str) -> list[tuple[Veto, i
     a whole paragraph of lesson prose needs all of them. Sentence indices are those of
     ``split_sentences(text)``. The text is read in full (author text, not a submission).
     """
-    answer = _Answer(split_sentences(text), subjects=rubric.subjects)
+    answer = _Answer(rubric, split_sentences(text))
     out: list[tuple[Veto, int, Evidence]] = []
     for veto in rubric.vetoes_for(question):
         seen: set[int] = set()

@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from grader.rubric import _CLAUSE_END, _folded, anchors, negated, split_sentences
+from grader.literals import Index, anchors, folded
+from grader.rubric import _CLAUSE_END, negated, split_sentences
 
 
 def status_at(text: str, word: str) -> str:
@@ -249,7 +250,18 @@ def test_the_prefilter_never_skips_a_sentence_where_a_term_matches(pattern: str,
     rx = re.compile(pattern, re.IGNORECASE)
     need = anchors(rx)
     assert rx.search(text) and need is not None
-    assert any(a in _folded(text) for a in need)
+    assert any(a in folded(text) for a in need)
+
+
+def test_one_scan_finds_every_literal_in_every_sentence_that_holds_it() -> None:
+    """Overlapping literals, literals that are prefixes of others, and one literal in several sentences."""
+    terms = [re.compile(p, re.IGNORECASE) for p in (r"显存", r"显存占用|存占", r"zero-?3", r"zero", r"占用率", r"pp")]
+    sentences = ["zero-3 把显存占用降到", "显存占用率", "没有关系", "ppp 和 zero"]
+    index = Index(terms)
+    found = index.locate([folded(s) for s in sentences])
+    literals = {a for rx in terms for a in anchors(rx) or ()}
+    expected = {a: frozenset(k for k, s in enumerate(sentences) if a in folded(s)) for a in literals}
+    assert found == {a: ks for a, ks in expected.items() if ks}
 
 
 @pytest.mark.parametrize("pattern", [r"\u6570据", r"(?i)dp", r"[ab]", r"a|.", r"(?:x)?"])
@@ -262,7 +274,7 @@ def test_the_prefilter_folds_every_character_that_ignorecase_matches_to_a_letter
     every = "".join(chr(n) for n in range(sys.maxunicode + 1) if not 0xD800 <= n <= 0xDFFF)
     for letter in string.ascii_lowercase:
         for ch in set(re.findall(letter, every, re.IGNORECASE)):
-            assert letter in _folded(ch), (letter, hex(ord(ch)))
+            assert letter in folded(ch), (letter, hex(ord(ch)))
 
 
 # --- round 5: dashes, reporters with inner words, refutations, punctuated replies --------------

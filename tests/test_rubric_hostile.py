@@ -28,7 +28,6 @@ from grader.rubric import (
     load_rubric,
     normalise_mapped,
     score_answer,
-    warm,
 )
 
 COURSE = load_course(REPO)
@@ -61,7 +60,6 @@ def counted_lines() -> Iterator[list[int]]:
 
 
 def work(rubric: Rubric, text: str) -> int:
-    warm(rubric)  # the terms' literals may have left their cache while other tests loaded rubrics
     with counted_lines() as count:
         for qid in ("q1", "q2", "q3"):
             score_answer(rubric, qid, text)
