@@ -160,7 +160,8 @@ class Index:
         # its terms alive, and hashing a compiled pattern hashes its whole code.
         self.need: dict[int, tuple[str, ...] | None] = {id(rx): anchors(rx) for rx in terms}
         literals = sorted({a for need in self.need.values() if need for a in need})
-        self.prefixes = {a: tuple(b for b in literals if a.startswith(b)) for a in literals}
+        known = set(literals)
+        self.prefixes = {a: tuple(a[:k] for k in range(1, len(a) + 1) if a[:k] in known) for a in literals}
         self.scan = re.compile(f"(?=({_trie(literals)}))", re.DOTALL) if literals else None
 
     def locate(self, sentences: list[str]) -> dict[str, frozenset[int]]:

@@ -28,7 +28,7 @@ import sys
 import tempfile
 import unicodedata
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -1203,7 +1203,22 @@ class _Loader:
         self.path = path
         self.lines = text.splitlines()
         self.lexicon: dict[str, list[str]] = {}
-        self.positions = _positions(text)
+        self.text = text
+
+    @functools.cached_property
+    def positions(self) -> Any:
+        """The rubric parsed again by the round-trip loader, only for the line numbers it records.
+
+        Only an error, or a prose exception's line, needs them, so a valid rubric is parsed once.
+        """
+        try:
+            return YAML(typ="rt", pure=True).load(self.text)
+        except YAMLError:
+            return None
+
+    def key_point_line(self, qid: str, n: int, kid: str | None) -> int | None:
+        """The line of key point ``n`` of ``qid`` (its id's line, or the question's, if not known)."""
+        return self.item_line(("questions", qid, "key_points"), n) or self.line(f"id: {kid}" if kid else f"{qid}:")
 
     def item_line(self, keys: tuple[str | int, ...], index: int) -> int | None:
         """The 1-based line of item ``index`` of the list at ``keys``, as the YAML parser saw it."""
@@ -1401,14 +1416,6 @@ def _term_bounds(body: str) -> tuple[str, str]:
     return pre, post
 
 
-def _positions(text: str) -> Any:
-    """The rubric parsed again by the round-trip loader, only for the line numbers it records."""
-    try:
-        return YAML(typ="rt", pure=True).load(text)
-    except YAMLError:
-        return None
-
-
 _KEY_POINT_TEXT = {
     "says": "the key point in one sentence, shown to the student once the answers are released",
     "hint": "a Chinese hint shown before release that points the way without giving the answer",
@@ -1416,10 +1423,11 @@ _KEY_POINT_TEXT = {
 }
 
 
-def _required_text(raw: dict[str, Any], key: str, what: str, display: str, line: int | None) -> str:
+def _required_text(raw: dict[str, Any], key: str, what: str, display: str, line: Callable[[], int | None]) -> str:
+    """``raw[key]``, stripped; else an error at ``line()`` (looked up only then: see ``_Loader.positions``)."""
     value = raw.get(key)
     if not isinstance(value, str) or not value.strip():
-        raise SourceError(display, line, f"{what}: needs '{key}:', {_KEY_POINT_TEXT[key]}")
+        raise SourceError(display, line(), f"{what}: needs '{key}:', {_KEY_POINT_TEXT[key]}")
     return value.strip()
 
 
@@ -1427,7 +1435,17 @@ def load_rubric(path: Path, display: str) -> Rubric:
     """Load and validate ``rubric.yml``; errors name the file and the line of the offending entry."""
     if not path.is_file():
         raise SourceError(display, None, "missing rubric.yml: the short-answer rubric of this lesson")
-    text = path.read_text(encoding="utf-8")
+    return _parse_rubric(path.read_text(encoding="utf-8"), display)
+
+
+@functools.lru_cache(maxsize=64)
+def _parse_rubric(text: str, display: str) -> Rubric:
+    """The rubric that ``text`` describes, remembered by its content.
+
+    A grader, a build and a test run load the same rubrics again and again, and one costs about a
+    second of YAML and regular expressions. Nothing changes a ``Rubric`` once it is loaded; an edited
+    file is new content, and an invalid one raises each time (exceptions are not remembered).
+    """
     data = load_yaml(text, display)
     ld = _Loader(display, text)
     if not isinstance(data, dict) or not isinstance(data.get("questions"), dict):
@@ -1454,14 +1472,13 @@ def load_rubric(path: Path, display: str) -> Rubric:
             raise ld.fail("questions:", f"question {qid} needs a 'key_points:' list")
         kps = []
         for n, raw in enumerate(q["key_points"]):
-            line = ld.item_line(("questions", qid, "key_points"), n)
             kid = raw.get("id") if isinstance(raw, dict) else None
             if not isinstance(kid, str):
-                raise SourceError(display, line or ld.line(f"{qid}:"), f"every key point of {qid} needs an 'id'")
-            line = line or ld.line(f"id: {kid}")
+                raise SourceError(display, ld.key_point_line(qid, n, None), f"every key point of {qid} needs an 'id'")
+            line = functools.partial(ld.key_point_line, qid, n, kid)
             pts = raw.get("points")
             if isinstance(pts, bool) or not isinstance(pts, (int, float)) or pts <= 0:
-                raise SourceError(display, line, f"key point {kid}: 'points' must be a positive number")
+                raise SourceError(display, line(), f"key point {kid}: 'points' must be a positive number")
             says = _required_text(raw, "says", f"key point {kid}", display, line)
             hint = _required_text(raw, "hint", f"key point {kid}", display, line)
             kps.append(KeyPoint(kid, float(pts), says, hint, ld.patterns(raw, f"id: {kid}")))
@@ -1480,7 +1497,7 @@ def load_rubric(path: Path, display: str) -> Rubric:
             raise ld.fail(where, f"veto {vid}: 'questions' must list some of q1, q2, q3")
         if not isinstance(raw.get("says"), str) or not raw["says"].strip():
             raise ld.fail(where, f"veto {vid}: needs 'says:', the misconception in one sentence (shown to the student)")
-        explain = _required_text(raw, "explain", f"veto {vid}", display, ld.line(where))
+        explain = _required_text(raw, "explain", f"veto {vid}", display, functools.partial(ld.line, where))
         fire, keep = ld.examples(raw, index, vid, where)
         vetoes.append(
             Veto(

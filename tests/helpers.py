@@ -11,8 +11,14 @@ import nbformat
 
 from grader.course import Course
 from grader.notebook import build_notebook, dumps
+from grader.rubric import Rubric, load_rubric
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def lesson_rubric(course: Course, slug: str) -> Rubric:
+    """A lesson's rubric, named as the grader and the build name it (so all of them share one load)."""
+    return load_rubric(course.solutions_dir(slug) / "rubric.yml", f"solutions/{slug}/rubric.yml")
 
 
 def reference_code(course: Course, slug: str = "lesson04") -> str:

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import REPO
+from helpers import REPO, lesson_rubric
 
 from grader.consistency import lesson_claims, self_contradictions
 from grader.course import load_course
@@ -18,10 +18,6 @@ COURSE = load_course(REPO)
 SLUGS = sorted(COURSE.lessons)
 
 
-def rubric_of(slug: str):
-    return load_rubric(COURSE.solutions_dir(slug) / "rubric.yml", f"solutions/{slug}/rubric.yml")
-
-
 def test_every_lesson_of_the_course_is_checked():
     """The per-lesson tests below (and the keep-example test) run for every lesson."""
     assert {f"lesson{n:02d}" for n in range(1, 13)} <= set(SLUGS)
@@ -29,7 +25,7 @@ def test_every_lesson_of_the_course_is_checked():
 
 @pytest.mark.parametrize("slug", SLUGS)
 def test_no_veto_fires_on_the_lessons_own_text(slug):
-    assert self_contradictions(rubric_of(slug), COURSE.lessons[slug]) == []
+    assert self_contradictions(lesson_rubric(COURSE, slug), COURSE.lessons[slug]) == []
 
 
 # Correct sentences that an independent fact check found vetoed (issue 14), several from the lessons.
@@ -65,7 +61,7 @@ FACT_CHECK = [
 
 @pytest.mark.parametrize("slug, veto_id, text", FACT_CHECK)
 def test_fact_checked_sentences_are_keep_examples_and_pass(slug, veto_id, text):
-    rubric = rubric_of(slug)
+    rubric = lesson_rubric(COURSE, slug)
     veto = next(v for v in rubric.vetoes if v.id == veto_id)
     assert text in veto.keep
     fired = {v.id for q in QUESTION_IDS for v, _ in score_answer(rubric, q, text).vetoes}
@@ -75,7 +71,7 @@ def test_fact_checked_sentences_are_keep_examples_and_pass(slug, veto_id, text):
 def test_reversed_mlp_sentence_still_earns_its_key_point():
     """The sentence vetoed by mistake is the one that earns q1's reversed-order key point."""
     text = "行并行的输出是部分和，GeLU 是非线性的，所以在 GeLU 之前必须先 all-reduce。"
-    res = score_answer(rubric_of("lesson06"), "q1", text)
+    res = score_answer(lesson_rubric(COURSE, "lesson06"), "q1", text)
     assert res.found and res.vetoes == []
 
 

@@ -11,7 +11,7 @@ import sys
 
 import nbformat
 import pytest
-from helpers import REPO, item, reference_code, sample, submission
+from helpers import REPO, item, lesson_rubric, reference_code, sample, submission
 
 from grader.cli import main
 from grader.course import load_course
@@ -156,10 +156,10 @@ def test_oversized_file_is_refused(course, grader, tmp_path):
 
 
 def test_keypoints_of_every_lesson_score_full_marks(course):
-    from grader.rubric import load_rubric, score_answer
+    from grader.rubric import score_answer
 
     for slug, lesson in course.lessons.items():
-        rubric = load_rubric(course.solutions_dir(slug) / "rubric.yml", slug)
+        rubric = lesson_rubric(course, slug)
         for q in ("q1", "q2", "q3"):
             res = score_answer(rubric, q, "\n".join(lesson.keypoints(q)))
             assert res.points == 2, (slug, q, [k.id for k in res.missing])

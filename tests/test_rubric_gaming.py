@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from helpers import REPO
+from helpers import REPO, lesson_rubric
 
 from grader.course import load_course
 from grader.lesson import QUESTION_IDS, QUESTION_POINTS
@@ -19,7 +19,6 @@ from grader.rubric import (
     NOTE_COPIED,
     NOTE_LIST,
     Rubric,
-    load_rubric,
     normalise,
     normalise_mapped,
     score_answer,
@@ -27,7 +26,7 @@ from grader.rubric import (
 
 COURSE = load_course(REPO)
 SLUGS = sorted(COURSE.lessons)
-RUBRICS = {slug: load_rubric(COURSE.solutions_dir(slug) / "rubric.yml", slug) for slug in SLUGS}
+RUBRICS = {slug: lesson_rubric(COURSE, slug) for slug in SLUGS}
 CASES = [(slug, qid) for slug in SLUGS for qid in QUESTION_IDS]
 SAMPLED = ["lesson01", "lesson04", "lesson06", "lesson09", "lesson12"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import opencc
 import pytest
-from helpers import REPO
+from helpers import REPO, lesson_rubric
 
 import grader.rubric as rubric_module
 from grader.course import load_course
@@ -25,13 +25,12 @@ from grader.rubric import (
     NOTE_TRUNCATED,
     AnswerResult,
     Rubric,
-    load_rubric,
     normalise_mapped,
     score_answer,
 )
 
 COURSE = load_course(REPO)
-RUBRICS = {slug: load_rubric(COURSE.solutions_dir(slug) / "rubric.yml", slug) for slug in COURSE.lessons}
+RUBRICS = {slug: lesson_rubric(COURSE, slug) for slug in COURSE.lessons}
 LESSON4 = RUBRICS["lesson04"]
 TO_TRADITIONAL = opencc.OpenCC("s2t")
 TRUNCATED = NOTE_TRUNCATED.format(limit=MAX_ANSWER_CHARS)
