@@ -152,7 +152,7 @@ class Index:
     answer one by one cost more than the matching it saved. The literals are compiled into one
     expression shaped like a trie that finds, at every position of the text, the longest literal
     starting there; every literal that starts at that position is a prefix of it, so the scan sees them
-    all. ``where`` then names the sentences worth searching for a term.
+    all, and each literal found names the terms that need it.
     """
 
     def __init__(self, terms: Iterable[re.Pattern[str]]) -> None:
@@ -163,9 +163,16 @@ class Index:
         known = set(literals)
         self.prefixes = {a: tuple(a[:k] for k in range(1, len(a) + 1) if a[:k] in known) for a in literals}
         self.scan = re.compile(f"(?=({_trie(literals)}))", re.DOTALL) if literals else None
+        self.users: dict[str, list[int]] = {}  # literal → ids of the terms that need it
+        for tid, need in self.need.items():
+            for a in need or ():
+                self.users.setdefault(a, []).append(tid)
 
-    def locate(self, sentences: list[str]) -> dict[str, frozenset[int]]:
-        """Each literal that the folded ``sentences`` hold → the indices of the sentences holding it."""
+    def locate(self, sentences: list[str]) -> dict[int, set[int]]:
+        """Id of each term with a literal in the folded ``sentences`` → the indices of those sentences.
+
+        A term that is not listed may match nowhere, unless its ``need`` is None (it is always searched).
+        """
         found: dict[str, set[int]] = {}
         if self.scan is None:
             return {}
@@ -177,7 +184,11 @@ class Index:
             k = bisect_right(starts, m.start()) - 1
             for a in self.prefixes[m.group(1)]:
                 found.setdefault(a, set()).add(k)
-        return {a: frozenset(ks) for a, ks in found.items()}
+        located: dict[int, set[int]] = {}
+        for a, ks in found.items():
+            for tid in self.users[a]:
+                located.setdefault(tid, set()).update(ks)
+        return located
 
 
 def _trie(literals: list[str]) -> str:

@@ -29,6 +29,7 @@ import tempfile
 import unicodedata
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -39,7 +40,7 @@ from ruamel.yaml.error import YAMLError
 
 from .errors import SourceError
 from .lesson import QUESTION_IDS, QUESTION_POINTS
-from .literals import Index, anchors, folded
+from .literals import Index, folded
 from .text import clean
 from .yamlio import load_yaml
 
@@ -234,16 +235,26 @@ _PEOPLE = (
     r"同桌|室友|舍友|师弟|师妹|师兄|师姐|学长|学姐|学弟|学妹|同学|队友|同事|朋友|老师|助教|导师|网友|别人"
     r"|隔壁组|组里有人|组里的人|组长|同组的人"
 )
-_SAYS = r"(?:说|写|讲|担心|觉得|以为|认为|坚持)"
+# Someone else's result is reported as theirs (有人算出…, 室友测到…); the student's own (我算出) is a claim.
+_FOUND = r"(?:算出|算得|测出|测到|测得|看到|发现|得出)"
+_SAYS = rf"(?:说|写|讲|担心|觉得|以为|认为|坚持|{_FOUND})"
+# When a belief was held: 我一开始以为…, 这是我最初的想法 report a belief the student has left behind.
+_FORMER = r"(?:一开始|刚开始|开始时|一开头|最初|起初|原来|原先|以前|之前|当初|本来|曾经|过去)"
+_RETRACTED = (
+    rf"(?:这|那)(?:只|也)?(?:是|曾是|曾经是)我{_FORMER}的(?:想法|看法|理解|猜测|直觉|印象|误解|结论)"
+    r"(?![^。!?;]{0,12}(?:仍然|依然|还是|至今)(?:这么|这样)?(?:认为|觉得|想))"  # …，现在我仍然这么认为: still held
+)
 _REPORTED = re.compile(
     # A reporter, a few words, then the verb: 有同学据此说, 有人就会说, 网上有文章声称, 我室友坚持认为,
     # 有人会想.
     r"(?:有(?:人|些人|的人|同学|朋友|网友)|网上有(?:篇|个|些)?(?:文章|帖子|博客|人)|我(?:的)?(?:室友|同学|朋友|同事|师兄|师姐)"
-    r"|很多人|不少人|别人)[^,:;，：；。!?]{0,6}?(?:说|认为|觉得|声称|以为|宣称|想(?!法))(?![得的](?:对|没错|有道理))"
+    rf"|很多人|不少人|别人)[^,:;，：；。!?]{{0,6}}?(?:说|认为|觉得|声称|以为|宣称|想(?!法)|{_FOUND})(?![得的](?:对|没错|有道理))"
     r"|(?<![a-z])(?:someone|people|a (?:blog|post|friend|classmate|tutorial)|my (?:friend|roommate|classmate)"
     r"|some (?:people|posts?|blogs?))(?: [a-z]+){0,3}? (?:claims?|says?|thinks?|believes?)(?![a-z])|"
     r"有人(?:会)?(?:认为|说|以为|觉得|主张|声称|担心|想(?!法))|(?:网上|论坛)?有(?:篇|个|些|的)?(?:帖子|博客|文章|资料|教程|回答)(?:里|上|中)?(?:说|写着?|认为|称)|(?:教程|帖子|博客|文章|资料)(?:里|上|中)(?:说|写着?|认为|称)|网上(?:常|经常|都)?(?:看到|有人)?(?:说|写)|有的(?:资料|文章|博客|人|教程)(?:上)?(?:写|说|认为)|(?:很多|不少|许多|一些|常有)(?:人|博客|文章|资料)?(?:认为|以为|觉得|说|误以为|宣称|声称)|误以为|误认为|错误地认为|"
     r"以为|据说|听说|宣称|声称|号称|有(?:一)?种说法|"
+    # A former belief of the student's own (我以前以为, 我一开始也觉得, 起初我认为): a report, until 后来/其实.
+    rf"我(?:也|还)?{_FORMER}(?:也|还|一直)?(?:觉得|认为|以为|想|猜|相信)|{_FORMER}我(?:也|还)?(?:觉得|认为|以为|想|猜|相信)|"
     # A person (同桌, 室友, 隔壁组, 组里有人) or 小+one-character name, then within a few words a verb of
     # saying or believing: 同桌说, 室友跟我说, 学长以为, 小王也说. Not 说得对 / 说明 / 说法.
     rf"(?:{_PEOPLE}|(?:(?<![\u4e00-\u9fff])|(?<=[听跟和问]))小[\u4e00-\u9fff](?=(?:跟我|和我|对我|也|还|就|一直)?{_SAYS}))"
@@ -275,17 +286,18 @@ _REFUTATION = re.compile(
     r"|(?:是|属于)(?:一种|一个|个)?(?:完全)?(?:很|非常|最|特别|相当)?(?:常见|典型)?的?(?:错误的?|错的|误解|误区|不对的?|不正确的?)(?:说法|观点|理解|看法)?(?=[,:;。!?]|—|--|$)"
     r"|(?:这|那)(?:种说法|个说法|句话|话)(?:[^,:;，：；。!?]{0,4}?(?:没(?:有)?|毫无)(?:什么|一点)?道理|(?:一点)?道理(?:都|也)没有)"
     r"|(?:这|此)(?:是|属于)?(?:一种|个)?(?:误会|不准确|不严谨)|(?:他|她|他们|对方)(?:搞|说|弄)错了"
-    r"|我(?:觉得|认为)?(?:站不住|不同意|不认同|不赞同)|站不住(?:脚)?|(?:可|并)不是这样|那可不是"
+    r"|我(?:觉得|认为)?(?:站不住|不同意|不认同|不赞同)|我(?:不能不|不得不|不可能不|必须|要)反对|站不住(?:脚)?|(?:可|并)不是这样|那可不是"
     r"|(?:(?<=[,:，：])|^)\s*没(?:有)?用(?:的|啊|呀)?\s*(?=[,:;。!?]|—|--|$)"
     r"|(?:那)?就(?:大错特错|错|不对)了(?=[,:;。!?]|—|--|$)"  # 说整个耗时跟 p 无关就错了
     rf"|{_MIXED_UP}"
+    rf"|{_RETRACTED}"  # X——这是我一开始的想法: the student reports what they no longer hold
     r"|并非如此|其实不然|事实并非如此|that(?:[’']s| is) (?:wrong|a myth|not true|false)|is (?:just |simply |plain |flat )?wrong"
     r"|(?:is|that[’']s|this is) (?:a )?(?:common )?(?:misconception|myth)|this is (?:not true|false|untrue)"
 )
 _REFUTATION_START = re.compile(
     r"^(?:但|但是|然而|可是|其实)?(?:这|此|该|这种|这个|这一|这样的?)(?:说法|观点|理解|看法|想法)?(?:是|属于|并)?(?:一种|一个)?(?:完全)?(?:错误|错|误解|误区|不对|不正确|不成立)"
     r"|^(?:this|that)(?: is|[’']s) (?:(?:just |simply )?(?:not true|wrong|false|untrue)|a (?:common )?(?:myth|misconception))"
-    rf"|^{_MIXED_UP}"
+    rf"|^{_MIXED_UP}|^{_RETRACTED}"
     r"|^(?:其实不然|并非如此|事实并非如此|不对|错|没(?:有)?用(?:的|啊|呀)?\s*(?:[,:;。!?]|$)|那可不是|可不是这样)|^(?:但|但是|然而|可是)?(?:其实|实际上|事实上)(?:并)?(?:不会|不是|不对|不然|没有|不成立)"
 )
 # A condition makes its antecedent hypothetical: it earns key points but fires no veto. A mere softener
@@ -303,7 +315,9 @@ _SENTENCE_END = re.compile(rf"(?:[。?;\n]|!(?!=))+|\.{_ABBREVIATION}(?=\s|$)") 
 # clauses. A bracketed Chinese aside (比如 TP，通信多) may hold clauses of its own, so its commas cut.
 BRACKET_CHARS = 80
 _DASH = re.compile(r"—+|-{2,}")
-_SEPARATOR = re.compile(rf"[,:，：]|{_DASH.pattern}")
+# English writes "DP does not cut memory but ZeRO does" without a comma: the space before "but" ends the
+# clause, so the second half is a claim of its own (its subject is not the first half's).
+_SEPARATOR = re.compile(rf"[,:，：]|{_DASH.pattern}|\s(?=but(?![a-z]))")
 _FORMULA_BRACKET = re.compile(rf"[(\[{{][^()\[\]{{}}\u3400-\u9fff]{{1,{BRACKET_CHARS}}}[)\]}}]")
 
 
@@ -347,7 +361,11 @@ _SIGNS = frozenset({"≠", "!="})
 SIGN_WORDS = 2
 # 不能说 / 不是说 / 不等于说 negate a whole statement: they reach a second cue anywhere in the window
 # (不能说 TP 不省参数显存 says TP does save it).
-_SAYING = re.compile(r"说|认为|代表|意味着|等于说")
+_SAYING = re.compile(r"说|认为|代表|意味着|等于说|让|使|令|导致|造成")
+# 并非 / 并不是 deny a whole statement too (并非重计算没有作用), unless they deny a cause (并不是因为…).
+_STATEMENT_CUES = frozenset({"并非", "并不是"})
+# 非 X 不可 / 非要 X 不行: the two negations assert X ("must"), they do not deny it.
+_MUST_TAIL = re.compile(r"[^,:;，：；。!?]{0,12}?不(?:可|行|成)(?![以能])")
 STATUSES = ("question", "reported", "refuted", "hedged")
 
 
@@ -632,14 +650,31 @@ def _any_of(words: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(re.escape(w) for w in words))
 
 
+# "We tried ZeRO, FSDP, etc. DP alone keeps a full copy": the period of etc. that a capital letter
+# follows (read in the student's text, since matching is lower-cased) ends the sentence as well.
+# Only etc. closes a list; e.g., i.e. and vs. are followed by a name (e.g. DP, ZeRO vs. FSDP) mid-sentence.
+_ABBREVIATION_END = re.compile(r"(?<![a-z])etc\.(?=\s+[a-z])")
+
+
+def _sentence_ends(norm: str, origin: tuple[int, ...], original: str) -> list[int]:
+    """Where the sentences of the normalised answer end: at 。?!;, line breaks, a period that ends no
+    abbreviation, and the period of etc. when a capital letter follows it."""
+    ends = {m.end() for m in _SENTENCE_END.finditer(norm)}
+    for m in _ABBREVIATION_END.finditer(norm):
+        nxt = len(norm[m.end() :]) - len(norm[m.end() :].lstrip()) + m.end()
+        if original[origin[nxt]].isupper():
+            ends.add(m.end())
+    return sorted(ends)
+
+
 def split_sentences(original: str) -> list[Sentence]:
     """Cut an answer into sentences, each with its status and its original text for evidence."""
     norm, origin = normalise_mapped(original)
     pieces: list[tuple[int, int]] = []
     pos = 0
-    for m in _SENTENCE_END.finditer(norm):
-        pieces.append((pos, m.end()))
-        pos = m.end()
+    for end in _sentence_ends(norm, origin, original):
+        pieces.append((pos, end))
+        pos = end
     if pos < len(norm):
         pieces.append((pos, len(norm)))
     raw = [(s, e) for s, e in pieces if norm[s:e].strip(" 。!?;\n\t-*•")]
@@ -669,7 +704,47 @@ def split_sentences(original: str) -> list[Sentence]:
                 answered,
             )
         )
+    for i in range(1, len(sentences)):
+        nxt = sentences[i + 1].text.strip() if i + 1 < len(sentences) else ""
+        sentences[i] = _filled(sentences[i - 1], sentences[i], nxt) or sentences[i]
     return sentences
+
+
+# A what-question answered by naming the thing: "谁能降低每卡显存？当然是 DP。" The question asserts
+# nothing; the reply, read with the question's words around it (DP 能降低每卡显存), is the claim.
+_WH = re.compile(r"谁|什么|哪(?:一种|一个|一部分|种|个|些|部分|项)?")
+_NAMED = re.compile(
+    r"\s*(?:答[:：]?\s*)?(?:当然|肯定|显然|自然|答案)?\s*(?:就|当然|应该)?\s*是\s*"
+    r"(?P<x>[^,:;，：；。!?\s][^,:;，：；。!?]{0,19}?)\s*(?:了|啊|呀|嘛)?\s*[。.!]?\s*"
+)
+
+
+def _filled(question: Sentence, reply: Sentence, next_text: str) -> Sentence | None:
+    """The reply to a what-question (当然是 DP) as a statement: the question with its wh-word replaced by
+    what the reply names, mapped back to the student's words of both sentences (for evidence)."""
+    if question.status != "question" or question.answered:
+        return None
+    named = _NAMED.fullmatch(reply.text)
+    if named is None:
+        return None
+    wh = next((m for m in _WH.finditer(question.text) if m.start() in word_bounds(question.text)), None)
+    if wh is None:
+        return None
+    end = len(question.text.rstrip(" ?？\n").removesuffix("呢").removesuffix("吗"))
+    if wh.end() > end:
+        return None
+    x0, x1 = named.span("x")
+    shift = len(question.raw)
+    text = question.text[: wh.start()] + reply.text[x0:x1] + question.text[wh.end() : end] + "。"
+    origin = (
+        question.origin[: wh.start()]
+        + tuple(shift + o for o in reply.origin[x0:x1])
+        + question.origin[wh.end() : end]
+        + (shift + reply.origin[-1],)
+    )
+    raw = question.raw + reply.raw
+    status, regions = _status(text, next_text)
+    return Sentence(reply.index, reply.start, text, _safe(raw).strip(), status, regions, raw, origin)
 
 
 # A short reply right after a question: 当然能。/ 不能，因为… / 是的。/ 对，不能。/ 不对，能。
@@ -787,6 +862,7 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
         k = bisect_right(contrast_ends, r)  # the last contrast word that ends before the refutation
         regions.append((_refuted_start(text, r, contrast_ends[k - 1] if k else 0), r, "refuted"))
     regions.extend(_embedded_questions(text))
+    regions.extend(_purposes(text))
     masked = _mask(text, _HEDGE_FALSE)
     condition = next(
         (m for m in _HEDGES.finditer(masked) if (_whole(m, text) or _hedge_said(m, text)) and _conditional(m, masked)),
@@ -798,7 +874,7 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
     # student's own claim. A sentence that opens with the condition keeps "hedged" as its status, and
     # its consequent is an asserted region; a condition later in the sentence hedges only its antecedent.
     antecedent = _antecedent_end(text, condition.end())
-    antecedent = _counterfactual_end(text, condition.end(), antecedent) or antecedent
+    antecedent = _counterfactual_end(text, condition.end(), antecedent, next_text) or antecedent
     if text[: condition.start()].strip(" ,:，："):
         regions.append((condition.start(), antecedent, "hedged"))
         return "asserted", tuple(regions)
@@ -807,22 +883,69 @@ def _status(text: str, next_text: str) -> tuple[str, tuple[tuple[int, int, str],
     return "hedged", tuple(regions)
 
 
+# A purpose clause names a goal, not a fact: "要减少显存，需要 ZeRO", "为了让激活变小，得开重计算", "想要
+# X 就得 Y". It opens its clause with 为了/为的是 (always a goal there) or 要/想/想要/要想 (a goal only
+# when a need follows: 需要, 得, 必须, 就要, 只能, 应该, 才能…, later in its clause or opening the next
+# one; else 要 says "has to"), and it reaches to the end of its clause or to the need.
+_PURPOSE = re.compile(
+    r"(?:^|(?<=[,:;，：；]))\s*(?:(?:但是|但|而|那么|那)\s*)?(?P<cue>(?P<always>为了|为的是)|要想|想要|要|想)"
+)
+_NEED = re.compile(r"(?:就|还|都|也|才)?(?:需要|必须|就要|只能|应该|应当|才能|得(?![到出知了]))|就(?:要|用|开|靠|只能)")
+_NEED_OPENS = re.compile(rf"\s*(?:那么|那|则)?\s*(?:{_NEED.pattern})")  # the next clause opens with the need
+
+
+def _after_separator(text: str, pos: int) -> int:
+    """Where the next clause starts, for a clause that ends at ``pos`` (a separator may be a dash)."""
+    m = _SEPARATOR.match(text, pos)
+    return m.end() if m else pos
+
+
+def _purposes(text: str) -> list[tuple[int, int, str]]:
+    """Spans of purpose clauses (要减少显存，…; 为了让激活变小，…): goals, hedged like a condition's
+    antecedent, so a veto does not fire on them while the main clause is judged as it stands."""
+    spans: list[tuple[int, int, str]] = []
+    for m in islice(_PURPOSE.finditer(text), MAX_REGIONS):
+        cue = m.start("cue")
+        hi = _clause(text, cue)[1]
+        need = _NEED.search(text, m.end(), hi)
+        if need and need.start() > m.end():
+            hi = need.start()  # 想要显存降下来就得用 ZeRO: the goal ends at the need
+        elif not m.group("always") and not _NEED_OPENS.match(text, _after_separator(text, hi)):
+            continue  # 要做两次 all-reduce，所以更慢: 要 says "has to", no goal
+        bounds = word_bounds(text)  # segmenting costs: only for a clause that reads as a goal
+        if cue in bounds and m.end("cue") in bounds:  # not the 要 of 要求 / 主要
+            spans.append((cue, hi, "hedged"))
+    return spans
+
+
 # A counterfactual: the consequent is a wish (要是 X 就好了, 该多好), or a later clause regrets it (可惜…)
-# or says what is the case instead (但实际上/其实 + a negation of the antecedent's verb).
+# or says what is the case instead (但/其实 + a denial of the antecedent, see ``_denial``), in the same
+# sentence or at the start of the next one (如果 X，那就 Y；但它只做求和。).
 _WISH = re.compile(r"(?:就好|就太好|该(?:有)?多好|多好)(?:了|啦)?[啊呀]?$")
 _WISH_CLAUSE = re.compile(r"\s*(?:那|那样|这样)?(?:就|那)?(?:该(?:有)?多好|太好了|就好了|好了)[啊呀]?[\s。!?~…]*")
 _REGRET = re.compile(r"\s*(?:但是|但|可是|可|然而|不过|只)?\s*(?:可惜|遗憾的是)")
-_REALITY = re.compile(r"\s*(?:但是|但|可是|然而|不过)?\s*(?:实际上|其实|事实上|现实中|实际)")
+_REALITY = re.compile(
+    r"\s*(?:(?:但是|但|可是|可(?![以能是见否])|然而|不过)\s*(?:实际上|其实|事实上|现实中|实际)?"
+    r"|(?:实际上|其实|事实上|现实中))"
+)
 _NEGATORS = "并不没无非未别"  # what a negation cue's verb is left with when these are stripped (不能 → 能)
+# Light words skipped when the word a negation cue governs is looked for (没被切 → 切, 不是逐元素 → 逐元素).
+_LIGHT = frozenset("被 把 是 有 在 会 能 要 再 也 都 就 还 真 直接 一定".split())
+# "但它只做求和": a restriction of what the antecedent supposed (within a few characters of the contrast).
+_RESTRICTS = re.compile(r"[^,:;，：；。!?]{0,8}?(?:只(?!要)|仅)")
+# "…，所以不需要 / 所以仍要 / 所以必须保存": the clause after the reality denies the consequent.
+_DENIES_CONSEQUENT = re.compile(r"\s*(?:所以|因此|因而|于是)\s*(?:不|没|无|并不|仍|还是|依然|照样|必须|一样)")
 
 
-def _counterfactual_end(text: str, cue_end: int, antecedent: int) -> int | None:
+def _counterfactual_end(text: str, cue_end: int, antecedent: int, next_text: str = "") -> int | None:
     """Where the counterfactual part of a condition ends, if its consequent asserts nothing; else None.
 
     "要是 all-reduce 自己就会求平均就好了" wishes; "如果 DP 能省显存，那就不用 ZeRO 了，但实际上它不能"
     takes the antecedent back. Then the consequent is as hypothetical as the antecedent, up to the
-    wish's end or to the clause that regrets (可惜) or denies (但实际上…不能) it. "如果把 pp 加到 16，激活
-    就能降到一半" has neither, and its consequent stays the student's claim.
+    wish's end or to the clause that regrets (可惜) or denies (但实际上…不能) it. A student who explains
+    what would follow IF a misconception held often denies it only in the next sentence, after ；or 。
+    ("…，那就不用再除以 N 了；但它只做求和。"): then the whole consequent is hypothetical. "如果把 pp 加到
+    16，激活就能降到一半" has neither, and its consequent stays the student's claim.
     """
     start = antecedent + 1 if antecedent < len(text) and _SEPARATOR.match(text, antecedent) else antecedent
     end = _clause(text, start)[1] if start < len(text) else len(text)
@@ -837,25 +960,81 @@ def _counterfactual_end(text: str, cue_end: int, antecedent: int) -> int | None:
         if _WISH_CLAUSE.fullmatch(text, cut.end(), clause_end):
             return clause_end  # …，DP 的吞吐就能线性增长，那该多好
         reality = _REALITY.match(text, cut.end())
-        if reality and _denies(text, text[cue_end:antecedent], reality.end(), clause_end):
+        if reality and _denial(text, (cue_end, antecedent), text, reality):
             return cut.start()
+    if start < len(text) and next_text:
+        reality = _REALITY.match(next_text)
+        if _REGRET.match(next_text) or (
+            reality and reality.end() and _denial(text, (cue_end, antecedent), next_text, reality)
+        ):
+            return len(text)
     return None
 
 
-def _denies(text: str, antecedent: str, lo: int, hi: int) -> bool:
-    """Does text[lo:hi] negate a verb of the antecedent (它不能, 并没有, 不会这样)? The verb is the cue's
-    own modal (不能 → 能) or, for a bare 不/没/并不, the word after it."""
+def _denial(text: str, antecedent: Span, other: str, reality: re.Match[str]) -> bool:
+    """Does the clause of ``other`` that ``reality`` opens (但, 其实, 但实际上…) deny the antecedent
+    text[antecedent]? It does when it negates a word of it (它不能, 它们没被切), affirms what the
+    antecedent negated (如果 GeLU 不是逐元素…，但它恰恰是逐元素的), restricts it (但它只做求和), or
+    the clause after it denies the consequent (但它复用 TP 组，所以不需要). A fact that merely limits the
+    supposition (但其实 pp 不能无限加) takes nothing back."""
+    lo = reality.end()
+    hi = _clause(other, lo)[1]
+    a, b = antecedent
+    if _negated_word(other, lo, hi, text[a:b]) or _RESTRICTS.match(other, lo, hi):
+        return True
+    if any(not negated(other, k, k + len(w)) for w, k in _cue_objects(text, a, b, other, lo, hi)):
+        return True
+    return hi < len(other) and bool(_DENIES_CONSEQUENT.match(other, _after_separator(other, hi)))
+
+
+def _governed(text: str, pos: int, n: int = 2) -> list[Span]:
+    """The next ``n`` words after ``pos`` that a negation cue there governs, skipping light words (被, 是),
+    within the clause."""
+    bounds = _sorted_bounds(text)
+    k = bisect_right(bounds, pos)
+    out: list[Span] = []
+    prev = pos
+    while k < len(bounds) and len(out) < n:
+        x, y = prev, bounds[k]
+        prev, k = y, k + 1
+        word = text[x:y].strip()
+        if _SEPARATOR.search(text, x, y) or _SENTENCE_END.search(text, x, y):
+            break
+        if word and _WORDISH.search(word) and word not in _LIGHT:
+            out.append((x, y))
+    return out
+
+
+def _negated_word(text: str, lo: int, hi: int, antecedent: str) -> bool:
+    """Does text[lo:hi] negate a word of the antecedent: the cue's own modal (不能 → 能) or the word it
+    governs (没被切开 → 切开)? Only the first: in "pp 不能无限加" 不能 limits 无限, it does not deny 加."""
     for m in _CUE_RE.finditer(_mask(text[lo:hi], _FALSE_CUES)):
         if not _negates(m, text, lo):
             continue
-        verb = m.group().lstrip(_NEGATORS)
-        if not verb:
-            after = _sorted_bounds(text)
-            k = bisect_right(after, lo + m.end())
-            verb = text[lo + m.end() : after[k]] if k < len(after) else ""
-        if verb.strip() and verb.strip() in antecedent:
+        verb = m.group().lstrip(_NEGATORS).strip()
+        verbs = [verb] if verb else []
+        verbs += [text[x:y].strip() for x, y in _governed(text, lo + m.end(), 1)]
+        if any(v in antecedent for v in verbs):
             return True
     return False
+
+
+def _cue_objects(text: str, a: int, b: int, other: str, lo: int, hi: int) -> Iterator[tuple[str, int]]:
+    """What the antecedent text[a:b] negates (如果 GeLU 不是逐元素 → 逐元素: the governed word, with the
+    next one when it is a single character), with where it first stands in other[lo:hi]."""
+    for m in _CUE_RE.finditer(_mask(text[a:b], _FALSE_CUES)):
+        if not _negates(m, text, a):
+            continue
+        words = _governed(text, a + m.end())
+        if not words:
+            continue
+        x, y = words[0]
+        if y - x == 1 and len(words) > 1:
+            y = words[1][1]
+        phrase = text[x:y].strip()
+        k = other.find(phrase, lo, hi)
+        if len(phrase) > 1 and k >= 0:
+            yield phrase, k
 
 
 # Where a condition's antecedent ends: at the next clause boundary, or at a word that opens the
@@ -983,11 +1162,14 @@ def negated(text: str, start: int, end: int, masks: tuple[tuple[int, int], ...] 
     for m in reversed([m for m in _CUE_RE.finditer(window) if _negates(m, text, lo)]):
         # The nearest cue within NEG_WORDS words negates the head; a cue before it counts only when it
         # stands right against it (不是不能), else it negates a predicate of its own (不能 X（没法 Y）).
-        chain = NEG_WORDS if reach == start or _SAYING.match(text, lo + m.end()) else NEG_CHAIN
+        chain = NEG_WORDS if reach == start or _negates_statement(text, m, lo) else NEG_CHAIN
         if m.group() in _SIGNS:
             chain = min(chain, SIGN_WORDS)
         if _words_between(text, lo + m.end(), reach, masks) > chain:
             break
+        if m.group() == "非" and _MUST_TAIL.match(text, end):
+            reach = lo + m.start()  # 非开不可: a "must", no negation
+            continue
         count, reach = count + 1, lo + m.start()
     if _POST_NEG.match(text[end : end + 3]):
         count += 1
@@ -997,6 +1179,15 @@ def negated(text: str, start: int, end: int, masks: tuple[tuple[int, int], ...] 
     if _TAIL_NEG.match(text, end, clause_end.start() if clause_end else len(text)):
         count += 1
     return count % 2 == 1
+
+
+def _negates_statement(text: str, m: re.Match[str], lo: int) -> bool:
+    """Does the cue ``m`` (in a window starting at ``lo``) negate a whole statement, so that it reaches a
+    second cue further on (不能说 TP 不省显存, 不会让梯度不准确, 并非重计算没有作用: each asserts)?"""
+    after = lo + m.end()
+    if _SAYING.match(text, after):
+        return True
+    return m.group() in _STATEMENT_CUES and not re.match(r"\s*(?:因为|由于|说明)", text[after : after + 4])
 
 
 def _a_not_a(window: str, after: str) -> list[tuple[int, int]]:
@@ -1399,6 +1590,15 @@ _FORMULA_PRE = r"(?<![0-9a-z_)/*^·×.ψ+-])"
 _FORMULA_POST = r"(?![0-9a-z_(/*^·×ψ+-])"
 
 
+# A term that opens with a group, a class or an escape ((dp|ddp), [dt]p, \w+) has no first literal to
+# read its kind from, so the boundary is chosen where it matches: a Latin letter there may not continue
+# a word (dp is not in fsdp), a digit may not continue a number, anything else needs nothing. A term
+# that opens with a lookaround of its own ((?<![a-z])mib) has chosen its boundary already.
+_OPEN_CHARS = frozenset("([\\.")
+_LOOKAROUND = re.compile(r"\(\?<?[=!]")
+_ANY_PRE = r"(?:(?=[a-z_])(?<![a-z0-9_])|(?=[0-9])(?<![0-9.])|(?![a-z0-9_]))"
+
+
 def _term_bounds(body: str) -> tuple[str, str]:
     """Lookarounds that make a term match whole words, numbers and formulas only.
 
@@ -1413,7 +1613,42 @@ def _term_bounds(body: str) -> tuple[str, str]:
         return pre, _FORMULA_POST if ends_alnum or body.endswith("\\)") else ""
     pre = r"(?<![0-9.])" if body[:1].isdigit() else (r"(?<![a-z0-9_])" if starts_alnum else "")
     post = r"(?![0-9]|\.[0-9])" if body[-1:].isdigit() else (r"(?![a-z0-9_])" if ends_alnum else "")
+    if body[:1] in _OPEN_CHARS and not _LOOKAROUND.match(body) and _may_start_alnum(body):
+        pre = _ANY_PRE  # (dp|tp) 并行, [dt]p: the boundary follows what the match starts with
     return pre, post
+
+
+def _may_start_alnum(body: str) -> bool:
+    """May a match of ``body`` start with a Latin letter or a digit? Read off its first group's
+    alternatives (or class, or escape). Terms that open with Chinese only ((显存|内存)) need no boundary,
+    and a boundary there would cost a lookaround at every position of every sentence searched."""
+    if body[:1] == "[":
+        end = body.find("]", 2)
+        return end < 0 or bool(re.search(r"[a-z0-9]|\\[wdsSWD]|^\^", body[1:end], re.IGNORECASE))
+    if body[:1] in "\\.":
+        return body[:2] not in ("\\(", "\\)", "\\u") or body[:1] == "."
+    if body[:1] != "(":
+        return bool(re.match(r"[A-Za-z0-9_]", body))
+    depth, start, alternatives = 0, 3 if body.startswith("(?:") else 1, []
+    for k, ch in enumerate(body):
+        if ch == "\\":
+            continue
+        if ch == "(" and (k == 0 or body[k - 1] != "\\"):
+            depth += 1
+        elif ch == ")" and body[k - 1] != "\\":
+            depth -= 1
+            if depth == 0:
+                alternatives.append(body[start:k])
+                rest = body[k + 1 :]
+                if rest[:1] in ("?", "*") or rest.startswith("{0"):
+                    alternatives.append(rest.lstrip("?*").lstrip("{0,123456789}"))
+                break
+        elif ch == "|" and depth == 1:
+            alternatives.append(body[start:k])
+            start = k + 1
+    else:
+        return True  # unbalanced: let the boundary be chosen where it matches
+    return any(not alt or _may_start_alnum(alt) for alt in alternatives)
 
 
 _KEY_POINT_TEXT = {
@@ -1595,10 +1830,10 @@ class _Answer:
         self.sentences = sentences
         self._hits: dict[tuple[int, int], list[Span]] = {}
         self._need = rubric.literals.need
-        self._holding = rubric.literals.locate([folded(s.text) for s in sentences])  # literal → sentences
-        self._candidates: dict[int, frozenset[int] | None] = {}  # per pattern: the sentences worth searching
+        self._located = rubric.literals.locate([folded(s.text) for s in sentences])  # term id → sentences
         self._live_terms: list[re.Pattern[str]] | None = None  # terms the answer may hold
         self._term_spans: dict[int, list[Span]] = {}
+        self._name_starts: dict[int, dict[int, list[int]]] = {}  # per sentence: where names start → their ends
         self._terms = rubric.terms
         self._grams = grams
         self.subjects = rubric.subjects
@@ -1656,9 +1891,25 @@ class _Answer:
         """The matches in sentence i of every term of the rubric (those the answer may hold are tried)."""
         if i not in self._term_spans:
             if self._live_terms is None:
-                self._live_terms = [rx for rx in self._terms if self.where(rx) != frozenset()]
-            self._term_spans[i] = [sp for rx in self._live_terms for sp in self.hits(i, rx)]
+                self._live_terms = [rx for rx in self._terms if self.where(rx) is None or self.where(rx)]
+            self._term_spans[i] = [
+                sp for rx in self._live_terms if (w := self.where(rx)) is None or i in w for sp in self.hits(i, rx)
+            ]
         return self._term_spans[i]
+
+    def names_at(self, i: int, pos: int, end: int) -> list[Span]:
+        """The matches in sentence i of the rubric's names (``subjects``) that start at ``pos`` and end by ``end``.
+
+        Asked once per clause a claim might borrow its topic into; the names of a sentence are read
+        once, since a rubric has a hundred or more of them.
+        """
+        starts = self._name_starts.get(i)
+        if starts is None:
+            starts = self._name_starts[i] = {}
+            for rx in self.subjects:
+                for a, b in self.hits(i, rx):
+                    starts.setdefault(a, []).append(b)
+        return [(pos, b) for b in starts.get(pos, ()) if b <= end]
 
     def unit(self, i: int, pos: int) -> int:
         """Where the statement holding ``pos`` in sentence i starts: its clause, cut again at connectives
@@ -1689,33 +1940,30 @@ class _Answer:
         scored, and hashing a compiled pattern would hash its whole code on every lookup. A sentence
         without any literal the pattern needs (``anchors``) is not searched.
         """
-        rid = id(rx)
-        where = self._candidates.get(rid, ())
-        if where == ():
-            where = self.where(rx)
+        where = self.where(rx)
         if where is not None and i not in where:
             return []
-        key = (i, rid)
+        key = (i, id(rx))
         found = self._hits.get(key)
         if found is None:
             found = self._hits[key] = [m.span() for m in islice(rx.finditer(self.sentences[i].text), MAX_HITS)]
         return found
 
-    def where(self, rx: re.Pattern[str]) -> frozenset[int] | None:
+    def where(self, rx: re.Pattern[str]) -> AbstractSet[int] | None:
         """The sentences that hold a literal ``rx`` needs, or None if every sentence must be searched."""
         rid = id(rx)
-        if rid not in self._candidates:
-            need = self._need[rid] if rid in self._need else anchors(rx)
-            holding = self._holding
-            self._candidates[rid] = (
-                None if need is None else frozenset().union(*[holding[a] for a in need if a in holding])
-            )
-        return self._candidates[rid]
+        found = self._located.get(rid)
+        if found is not None:
+            return found
+        return None if self._need.get(rid) is None else _NOWHERE
 
     def sentences_for(self, rx: re.Pattern[str] | None) -> Iterable[int]:
         """The indices of the sentences where ``rx`` may match, in order (all of them for no term)."""
         where = None if rx is None else self.where(rx)
         return range(len(self.sentences)) if where is None else sorted(where)
+
+
+_NOWHERE: frozenset[int] = frozenset()  # a term none of whose literals the answer holds
 
 
 def _within(spans: list[Span], lo: int, hi: int) -> Span | None:
@@ -1798,12 +2046,13 @@ def _match(
                 topic = True
                 if earlier:
                     lo = _clause(s.text, earlier[-1][0])[0]
-        if p.clause and not all(far or _within(spans, lo, hi) for spans, far in zip(groups, elsewhere)):
+        olo = _topic_start(s.text, lo) if p.subject is not None else lo
+        if p.clause and not all(far or _within(spans, olo, hi) for spans, far in zip(groups, elsewhere)):
             continue
         if (
             p.subject is not None
             and groups
-            and not _objects_in_scope(s.text, groups, elsewhere, (lo, hi, h0), heads, subjects)
+            and not _objects_in_scope(s.text, groups, elsewhere, (olo, hi, h0), heads, subjects)
         ):
             continue
         if p.span is not None:
@@ -1821,6 +2070,19 @@ def _match(
             continue
         return _Hit((h0, h1), lo, hi, topic), None
     return None, why
+
+
+# "对于 X，…" / "至于 X，…" names the topic of the clause that follows: the claim's subject or object may
+# stand there (对于显存，DP 能降低它).
+_TOPIC_FRAME = re.compile(r"\s*(?:但是|但|而|不过)?\s*(?:对于|至于|关于|说到|谈到)")
+
+
+def _topic_start(text: str, lo: int) -> int:
+    """The start of a topic-naming clause (对于 X，) right before the clause at ``lo``, else ``lo``."""
+    if lo == 0:
+        return lo
+    start = _clause_before(text, lo)[0]
+    return start if _TOPIC_FRAME.match(text, start, lo) else lo
 
 
 OBJECT_WORDS = 3  # words that may stand between a predicate and the object it takes (降低了每张卡的显存)
@@ -1884,19 +2146,20 @@ def _name_end(text: str, b: int, h0: int) -> int:
 def _names_own_subject(p: Pattern, answer: _Answer, i: int, lo: int, h0: int, own: list[Span]) -> bool:
     """Does the clause text[lo:h0] open with a technique of its own, other than the claim's subject?
 
-    Then it does not borrow the topic of an earlier clause (DP 的显存不变，ZeRO-3 把显存降到 1/N). A
-    name that is (part of) the claim's own subject or object (``own``) is no competitor.
+    Then it does not borrow the topic of an earlier clause (DP 的显存不变，ZeRO-3 把显存降到 1/N; … but
+    ZeRO reduces memory, where the name stands right before the predicate). A name that is (part of)
+    the claim's own subject or object (``own``) is no competitor.
     """
     text = answer.sentences[i].text
     at = _OPENER.match(text, lo, h0)
     pos = at.end() if at else lo
-    names = [sp for rx in answer.subjects if (sp := _within(answer.hits(i, rx), pos, h0)) and sp[0] == pos]
+    names = answer.names_at(i, pos, h0)
     if (m := _TECHNIQUE.match(text, pos, h0)) and m.group().endswith("并行"):
         names.append(m.span())
     names = [(a, _name_end(text, b, h0)) for a, b in names]
     return any(
         _TECHNIQUE.fullmatch(text, a, b)
-        and (_SUBJECT_MARKER.match(text, b, h0) or _pair(answer, i, b, h0))
+        and (_SUBJECT_MARKER.match(text, b, h0) or not text[b:h0].strip() or _pair(answer, i, b, h0))
         and not any(x < b and a < y for x, y in own)
         and not (p.subject and p.subject.fullmatch(text, a, b))
         for a, b in names
@@ -1915,7 +2178,7 @@ def _pair(answer: _Answer, i: int, b: int, h0: int) -> bool:
     if not joint or joint.end() == b:
         return False
     pos = joint.end()
-    if any(sp[0] == pos for rx in answer.subjects if (sp := _within(answer.hits(i, rx), pos, h0))):
+    if answer.names_at(i, pos, h0):
         return True
     m = _TECHNIQUE.match(text, pos, h0)
     return bool(m and m.group().endswith("并行"))
@@ -2224,7 +2487,8 @@ def _unless(veto: Veto, p: Pattern, answer: _Answer, i: int, hit: _Hit) -> Span 
     something else (a neighbouring technique, another quantity). Elsewhere in the sentence it does not count."""
     s = answer.sentences[i]
     own = _status_at(s, hit.head[0])
-    lo = _frame_start(s.text, hit.lo)
+    lo, hi = _head_scope(p, answer, i, hit) if p.subject is None and not p.clause else (hit.lo, hit.hi)
+    lo = _frame_start(s.text, lo)
     subject = _nearest_before(answer.hits(i, p.subject), hit.head[0]) if p.subject is not None else None
     for u in veto.unless + p.unless:
         for a, b in answer.hits(i, u):
@@ -2235,9 +2499,23 @@ def _unless(veto: Veto, p: Pattern, answer: _Answer, i: int, hit: _Hit) -> Span 
                 # 重计算用时间换空间，但总计算量不变: what is said of the subject before the contrast does
                 # not qualify what follows it. A term before the subject (FP16 的精度比 BF16 高) still frames it.
                 continue
-            if (lo <= a and b <= hit.hi and status in (own, "hedged")) or (status == "hedged" and b <= hit.head[0]):
+            if (lo <= a and b <= hi and status in (own, "hedged")) or (status == "hedged" and b <= hit.head[0]):
                 return a, b  # in the claim's clauses, a framing clause, or a condition the claim depends on
     return None
+
+
+def _head_scope(p: Pattern, answer: _Answer, i: int, hit: _Hit) -> Span:
+    """The part of the sentence a head pattern's ``unless`` terms may stand in: the sentence, less what
+    an English "but"/"however" divides from the match (the head and, per group, its nearest match).
+    "All-reduce averages the gradients but we still divide by N" is about all-reduce whatever the
+    student does after "but". A Chinese 但 often goes on about the same claim (激活只有 5.7GB，但这是按
+    1 个 micro-batch 算的), and rubrics rely on the rest of the sentence framing a head pattern."""
+    text = answer.sentences[i].text
+    spans = [hit.head] + [sp for g in p.groups if (sp := _nearest(answer.hits(i, g), hit.head[0]))]
+    x, y = min(a for a, _ in spans), max(b for _, b in spans)
+    lo = max((m.end() for m in _BUT.finditer(text, 0, x)), default=0)
+    cut = _BUT.search(text, y)
+    return lo, cut.start() if cut else len(text)
 
 
 def _nearest_before(spans: list[Span], pos: int) -> Span | None:
@@ -2247,7 +2525,8 @@ def _nearest_before(spans: list[Span], pos: int) -> Span | None:
 
 
 # An 'unless' term does not reach past a contrast word that stands between it and the predicate.
-_UNLESS_CUT = re.compile(r"但是|但|不过|其实|(?<![a-z])however(?![a-z])")
+_UNLESS_CUT = re.compile(r"但是|但|不过|其实|(?<![a-z])(?:however|but)(?![a-z])")
+_BUT = re.compile(r"(?<![a-z])(?:but|however)(?![a-z])")
 
 
 # A framing clause sets the scope of the claim after it: it ends in 时/的话/下/里/中/之后 (在 ZeRO-3
@@ -2258,7 +2537,7 @@ _FRAME_END = re.compile(
     r"(?:时|时候|的话|情况下|前提下|场景下|条件下|下|里|中|之后|以后|之前|后|来说|而言|为例)\s*[,:，：]\s*$"
 )
 _FRAME_OPEN = re.compile(
-    r"\s*(?:但是|但|而|不过|可是|可)?\s*(?:如果|假如|假设|若|要是|倘若|只要|一旦|[^,:，：]{1,12}?的话"
+    r"\s*(?:但是|但|而|不过|可是|可)?\s*(?:如果|假如|假设|若|要是|倘若|只要|一旦|[^,:，：]{1,12}?的话|对于|至于|关于|说到|谈到"
     r"|(?:with|under|in|when|if|for|using|once)(?![a-z]))"
 )
 MAX_FRAMES = 3  # framing clauses one claim may reach back over: bounds the walk

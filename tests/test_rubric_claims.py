@@ -608,6 +608,23 @@ def test_a_counterfactual_consequent_asserts_nothing(rubric: Rubric, text: str, 
     assert bool(vetoes(rubric, text) & {"dp-cuts-memory", "dp-linear"}) is fires
 
 
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        # the antecedent is denied only in the next sentence (after ；or 。)
+        ("如果每张卡只存 1/N 的参数，DP 就能降低每卡显存；但它只做梯度同步。", False),  # restricts
+        ("如果通信不要时间，DP 的吞吐就能线性增长。但通信总是要时间的。", False),  # affirms what it negated
+        ("如果参数被切开放到各张卡上，DP 就能降低每卡显存。但实际上参数没有被切开。", False),  # negates its verb
+        ("如果各卡之间不用同步，DP 的吞吐就能线性增长；可它们要同步，所以不行。", False),  # denies the consequent
+        # a next sentence that denies nothing of the antecedent leaves the consequent asserted
+        ("如果把卡数加到 64，DP 的吞吐就能线性增长。但显存不会变。", True),
+        ("如果用 8 张卡，DP 就能降低每卡显存；但它很慢。", True),
+    ],
+)
+def test_a_condition_denied_in_the_next_sentence_asserts_nothing(rubric: Rubric, text: str, fires: bool) -> None:
+    assert bool(vetoes(rubric, text) & {"dp-cuts-memory", "dp-linear"}) is fires
+
+
 # Three questions with one placeholder key point each: the small rubrics below test vetoes only.
 PLACEHOLDER_QUESTIONS = """
 questions:
@@ -725,3 +742,198 @@ def test_choices_and_inequality_signs(tmp_path: Path, text: str, fired: set[str]
     path.write_text(SIGN_RUBRIC, encoding="utf-8")
     signs = load_rubric(path, "rubric.yml")
     assert {v.id for v, _ in score_answer(signs, "q1", text).vetoes} == fired
+
+
+DOUBLE_RUBRIC = (
+    PLACEHOLDER_QUESTIONS
+    + """vetoes:
+  - id: inexact
+    says: 认为重计算会让梯度不准确
+    explain: 重算的激活与原来一致。
+    any:
+      - claim:
+          subject: ['重计算', '重算']
+          predicate: ['准确', '一致']
+          polarity: negative
+  - id: no-sync
+    says: 认为 DP 不需要同步梯度
+    explain: 各卡必须用同一份梯度更新。
+    any:
+      - claim:
+          subject: ['dp', '各卡']
+          predicate: ['同步']
+          polarity: negative
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "fired"),
+    [
+        ("重计算不会让梯度不准确。", set()),  # 不会让 negates the whole statement that follows it
+        ("重计算不会使结果和原来不一致。", set()),
+        ("重计算会让梯度变得不准确。", {"inexact"}),
+        ("DP 的各卡非同步梯度不可。", set()),  # 非…不可: a "must"
+        ("DP 的各卡非要同步梯度不行。", set()),
+        ("并非 DP 的各卡可以不同步梯度。", set()),  # 并非 denies the statement, whose 不 it reaches
+        ("DP 的各卡不用同步梯度。", {"no-sync"}),
+        ("DP 的各卡非常需要同步梯度。", set()),
+    ],
+)
+def test_a_negation_of_a_negation_asserts(tmp_path: Path, text: str, fired: set[str]) -> None:
+    path = tmp_path / "rubric.yml"
+    path.write_text(DOUBLE_RUBRIC, encoding="utf-8")
+    double = load_rubric(path, "rubric.yml")
+    assert {v.id for v, _ in score_answer(double, "q1", text).vetoes} == fired
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("为了让 DP 也能降低每卡显存，得再加一层切分。", False),  # 为了: a goal
+        ("想要 DP 降低每卡显存就得把状态切开。", False),  # the goal ends at the need (就得)
+        ("要让数据并行省显存，必须先切分优化器状态。", False),  # 要 + a need opening the next clause
+        ("为了省时间，DP 降低了每卡显存。", True),  # the main clause is judged as it stands
+        ("DP 要降低每卡显存，所以更慢。", True),  # 要 without a need after it says "has to"
+    ],
+)
+def test_a_purpose_clause_names_a_goal_not_a_fact(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("DP 能降低每卡显存——这是我一开始的想法，其实每张卡都存完整的一份。", False),
+        ("DP 能降低每卡显存。这是我原来的想法，后来算了一下才知道不是。", False),  # in the next sentence
+        ("我一开始也觉得 DP 能降低每卡显存，其实不能。", False),  # a former belief, reported
+        ("我起初认为 DP 能降低每卡显存，后来发现每张卡存的是完整的一份。", False),
+        ("DP 能降低每卡显存，这是我的想法。", True),  # a belief held now is a claim
+        ("DP 能降低每卡显存，这是我一开始的想法，现在我仍然这么认为。", True),
+    ],
+)
+def test_a_retracted_belief_is_no_claim(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+BOUNDARY_RUBRIC = (
+    PLACEHOLDER_QUESTIONS
+    + """vetoes:
+  - id: dp-cuts-memory
+    says: 认为纯 DP 会降低每卡显存
+    explain: 每张卡都存完整的一份。
+    any:
+      - claim:
+          subject: ['(dp|数据并行)']
+          predicate: ['降低']
+          object: ['显存']
+  - id: four-times
+    says: 认为通信量是 4 倍
+    explain: 是 2 倍。
+    any:
+      - head: ['(4|四) ?倍']
+        with: ['通信']
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "fired"),
+    [
+        ("FSDP 能降低每卡显存。", set()),  # the group's dp is a Latin word: not inside fsdp
+        ("DP 能降低每卡显存。", {"dp-cuts-memory"}),
+        ("用了数据并行以后能降低每卡显存。", {"dp-cuts-memory"}),
+        ("通信量涨到了 64 倍。", set()),  # the group's 4 is a number: not inside 64
+        ("通信量涨到了 4 倍。", {"four-times"}),
+    ],
+)
+def test_a_term_that_opens_with_a_group_keeps_word_boundaries(tmp_path: Path, text: str, fired: set[str]) -> None:
+    path = tmp_path / "rubric.yml"
+    path.write_text(BOUNDARY_RUBRIC, encoding="utf-8")
+    bounded = load_rubric(path, "rubric.yml")
+    assert {v.id for v, _ in score_answer(bounded, "q1", text).vetoes} == fired
+
+
+ENGLISH_RUBRIC = (
+    PLACEHOLDER_QUESTIONS
+    + r"""vetoes:
+  - id: dp-cuts
+    says: 认为纯 DP 会降低每卡显存
+    explain: 每张卡都存完整的一份。
+    any:
+      - claim:
+          subject: ['dp']
+          predicate: ['reduc\w*', 'cuts?']
+          object: ['memory']
+    unless: ['zero']
+  - id: zero-no-cut
+    says: 认为 ZeRO 不能降低每卡显存
+    explain: ZeRO 切分了模型状态。
+    any:
+      - claim:
+          subject: ['zero']
+          predicate: ['reduc\w*', 'cuts?']
+          object: ['memory']
+          polarity: negative
+  - id: allreduce-averages
+    says: 认为 all-reduce 自己会求平均
+    explain: all-reduce 只求和。
+    any:
+      - head: ['averages?']
+        with: ['all-reduce']
+    unless: ['divid\w*']
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "fired"),
+    [
+        # "but" without a comma still starts a clause with a subject of its own
+        ("ZeRO reduces memory but DP does not cut memory.", set()),
+        ("DP does not cut memory but ZeRO cuts it.", set()),
+        ("Someone says DP reduces memory but actually DP reduces memory.", {"dp-cuts"}),
+        # a head pattern's unless term on the far side of "but" does not cancel it
+        ("All-reduce averages the gradients but we still divide by N.", {"allreduce-averages"}),
+        ("We divide by N, and all-reduce averages the gradients.", set()),
+    ],
+)
+def test_english_but_starts_a_claim_of_its_own(tmp_path: Path, text: str, fired: set[str]) -> None:
+    path = tmp_path / "rubric.yml"
+    path.write_text(ENGLISH_RUBRIC, encoding="utf-8")
+    english = load_rubric(path, "rubric.yml")
+    assert {v.id for v, _ in score_answer(english, "q1", text).vetoes} == fired
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("对于显存，DP 能降低它。", True),  # the object named as the topic
+        ("至于每卡显存，数据并行会让它变少。", True),
+        ("对于 ZeRO，DP 的每卡显存会降低。", False),  # the topic frames the claim: unless zero
+        ("对于 DP，每卡显存会降低。", True),  # the subject named as the topic
+    ],
+)
+def test_a_topic_named_by_duiyu_frames_the_clause_after_it(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        ("谁能降低每卡显存？当然是 DP。", True),  # the reply names who: DP 能降低每卡显存
+        ("什么能降低每卡显存？当然是数据并行。", True),
+        ("什么能降低每卡显存？当然是 ZeRO。", False),
+        ("DP 能降低什么？当然是通信时间。", False),  # the named thing is no memory
+        ("谁能降低每卡显存？", False),  # the question itself asserts nothing
+    ],
+)
+def test_a_what_question_takes_the_named_answer(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+def test_the_evidence_of_a_named_answer_shows_the_question_and_the_reply(rubric: Rubric) -> None:
+    fired = score_answer(rubric, "q1", "谁能降低每卡显存？当然是 DP。").vetoes
+    evidence = fired[0][1]
+    assert evidence.sentence == "谁能降低每卡显存？当然是 DP。"
+    assert evidence.sentence[evidence.start : evidence.end] == "降低"
