@@ -2529,12 +2529,14 @@ _UNLESS_CUT = re.compile(r"但是|但|不过|其实|(?<![a-z])(?:however|but)(?!
 _BUT = re.compile(r"(?<![a-z])(?:but|however)(?![a-z])")
 
 
+# Verbs whose complement 下 says "in, down" (能放下, 装得下, 放不下, 写下), not "under" a setting.
+_VERB_DOWN = "[放装存塞留写记扛吃容降接拿压撑剩躺坐停得不]"
 # A framing clause sets the scope of the claim after it: it ends in 时/的话/下/里/中/之后 (在 ZeRO-3
 # 下，…; 带 BatchNorm 的网络里，…), opens with a condition (如果/要是/一旦/if/when/with/under) or with a
 # short "…的话" (不同步的话有的 rank 跳过，…). A clause that opens with 在/用 but goes on to say
 # something of its own (在 no_sync 里各卡的梯度不一致) is a statement, not a frame.
 _FRAME_END = re.compile(
-    r"(?:时|时候|的话|情况下|前提下|场景下|条件下|下|里|中|之后|以后|之前|后|来说|而言|为例)\s*[,:，：]\s*$"
+    rf"(?:时|时候|的话|情况下|前提下|场景下|条件下|(?<!{_VERB_DOWN})下|里|中|之后|以后|之前|后|来说|而言|为例)\s*[,:，：]\s*$"
 )
 _FRAME_OPEN = re.compile(
     r"\s*(?:但是|但|而|不过|可是|可)?\s*(?:如果|假如|假设|若|要是|倘若|只要|一旦|[^,:，：]{1,12}?的话|对于|至于|关于|说到|谈到"

@@ -316,9 +316,17 @@ def test_unless_terms_in_a_leading_framing_clause_count_for_the_claim(rubric: Ru
     assert [why for v, _, why in result.suppressed if v.id == "dp-cuts-memory"][0].startswith("unless:")
 
 
-def test_a_framing_clause_must_frame_not_state(rubric: Rubric) -> None:
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ZeRO 是另一种方案，DP 能降低每卡显存。",
+        "ZeRO 能放下，DP 能降低每卡显存。",  # the 下 of 放下 completes a verb: no "under ZeRO"
+        "用了 ZeRO 才装得下，DP 能降低每卡显存。",
+    ],
+)
+def test_a_framing_clause_must_frame_not_state(rubric: Rubric, text: str) -> None:
     """A clause that goes on to say something of its own does not set the next claim's scope."""
-    assert "dp-cuts-memory" in vetoes(rubric, "ZeRO 是另一种方案，DP 能降低每卡显存。")
+    assert "dp-cuts-memory" in vetoes(rubric, text)
 
 
 @pytest.mark.parametrize(
