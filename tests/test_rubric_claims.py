@@ -97,6 +97,13 @@ def vetoes(rubric: Rubric, text: str) -> set[str]:
     return {v.id for v, _ in score_answer(rubric, "q1", text).vetoes}
 
 
+def vetoes_of(tmp_path: Path, rubric_text: str, text: str) -> set[str]:
+    """The vetoes that a small rubric written to ``tmp_path`` fires on ``text`` (question q1)."""
+    path = tmp_path / "rubric.yml"
+    path.write_text(rubric_text, encoding="utf-8")
+    return vetoes(load_rubric(path, "rubric.yml"), text)
+
+
 def key_points(rubric: Rubric, text: str) -> set[str]:
     return {k.id for k, _ in score_answer(rubric, "q1", text).found}
 
@@ -685,10 +692,7 @@ GAP_RUBRIC = (
     ],
 )
 def test_a_negation_inside_a_terms_gap_negates_it(tmp_path: Path, text: str, fired: set[str]) -> None:
-    path = tmp_path / "rubric.yml"
-    path.write_text(GAP_RUBRIC, encoding="utf-8")
-    gap = load_rubric(path, "rubric.yml")
-    assert {v.id for v, _ in score_answer(gap, "q1", text).vetoes} == fired
+    assert vetoes_of(tmp_path, GAP_RUBRIC, text) == fired
 
 
 @pytest.mark.parametrize(
@@ -746,10 +750,7 @@ SIGN_RUBRIC = (
     ],
 )
 def test_choices_and_inequality_signs(tmp_path: Path, text: str, fired: set[str]) -> None:
-    path = tmp_path / "rubric.yml"
-    path.write_text(SIGN_RUBRIC, encoding="utf-8")
-    signs = load_rubric(path, "rubric.yml")
-    assert {v.id for v, _ in score_answer(signs, "q1", text).vetoes} == fired
+    assert vetoes_of(tmp_path, SIGN_RUBRIC, text) == fired
 
 
 DOUBLE_RUBRIC = (
@@ -789,10 +790,7 @@ DOUBLE_RUBRIC = (
     ],
 )
 def test_a_negation_of_a_negation_asserts(tmp_path: Path, text: str, fired: set[str]) -> None:
-    path = tmp_path / "rubric.yml"
-    path.write_text(DOUBLE_RUBRIC, encoding="utf-8")
-    double = load_rubric(path, "rubric.yml")
-    assert {v.id for v, _ in score_answer(double, "q1", text).vetoes} == fired
+    assert vetoes_of(tmp_path, DOUBLE_RUBRIC, text) == fired
 
 
 @pytest.mark.parametrize(
@@ -856,10 +854,7 @@ BOUNDARY_RUBRIC = (
     ],
 )
 def test_a_term_that_opens_with_a_group_keeps_word_boundaries(tmp_path: Path, text: str, fired: set[str]) -> None:
-    path = tmp_path / "rubric.yml"
-    path.write_text(BOUNDARY_RUBRIC, encoding="utf-8")
-    bounded = load_rubric(path, "rubric.yml")
-    assert {v.id for v, _ in score_answer(bounded, "q1", text).vetoes} == fired
+    assert vetoes_of(tmp_path, BOUNDARY_RUBRIC, text) == fired
 
 
 ENGLISH_RUBRIC = (
@@ -907,10 +902,7 @@ ENGLISH_RUBRIC = (
     ],
 )
 def test_english_but_starts_a_claim_of_its_own(tmp_path: Path, text: str, fired: set[str]) -> None:
-    path = tmp_path / "rubric.yml"
-    path.write_text(ENGLISH_RUBRIC, encoding="utf-8")
-    english = load_rubric(path, "rubric.yml")
-    assert {v.id for v, _ in score_answer(english, "q1", text).vetoes} == fired
+    assert vetoes_of(tmp_path, ENGLISH_RUBRIC, text) == fired
 
 
 @pytest.mark.parametrize(
