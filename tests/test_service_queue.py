@@ -105,6 +105,18 @@ def test_a_job_run_twice_yields_one_result(factory):
         assert session.scalar(select(Result.total)) == 9.0
 
 
+def test_a_result_and_the_end_of_its_job_commit_together(factory):
+    sid = add_submission(factory)
+    job = queue.claim(factory, "w/1/", lease_s=600)
+    assert job is not None
+    save_result(factory, sid, {"total": 10.0, "graded": True}, job.job_id)
+    with factory() as session:
+        row = session.execute(select(Submission.status, Job.state).join(Job, Job.submission_id == Submission.id))
+        status, state = row.one()
+    assert (status, state) == ("graded", "done")
+    assert queue.claim(factory, "w/2/", lease_s=600) is None  # nothing left to run again
+
+
 def test_a_full_queue_refuses(factory):
     add_submission(factory)
     with factory() as session, pytest.raises(queue.QueueFull):

@@ -131,15 +131,13 @@ def run_job(state: WorkerState, config: WorkerConfig, submission_id: int, job_id
     if not claim.claimed:
         return "finished" if claim.finished else "held"
     if claim.attempts > queue.MAX_ATTEMPTS:  # it killed its worker every time
-        give_up(state.factory, submission_id)
-        queue.finish(state.factory, job_id, "failed")
+        give_up(state.factory, submission_id, job_id)
         return "gave-up"
     with distributed.LeaseKeeper(state.factory, job_id, config.name, config.lease_s):
         _test_hooks(state, submission_id)
         grader = state.grader
         grader.course.releases = load_settings(grader.course.root)[1]  # answers released since start count
-        grade_submission(state.factory, state.uploads, submission_id, grader)
-    queue.finish(state.factory, job_id)
+        grade_submission(state.factory, state.uploads, submission_id, grader, job_id)
     return "graded"
 
 

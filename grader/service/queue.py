@@ -91,7 +91,12 @@ def claim(factory: sessionmaker[Session], worker: str, lease_s: float) -> Claime
 
 def finish(factory: sessionmaker[Session], job_id: int, state: str = "done") -> None:
     with factory.begin() as session:
-        session.execute(update(Job).where(Job.id == job_id).values(state=state, lease_until=None, updated_at=utcnow()))
+        finish_in(session, job_id, state)
+
+
+def finish_in(session: Session, job_id: int, state: str = "done") -> None:
+    """End a job inside the caller's transaction, so a result and its job's end commit together."""
+    session.execute(update(Job).where(Job.id == job_id).values(state=state, lease_until=None, updated_at=utcnow()))
 
 
 def release_worker(factory: sessionmaker[Session], worker_prefix: str) -> int:

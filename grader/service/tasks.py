@@ -13,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ..grade import Grader, failed_result
+from . import queue
 from .models import Result, Submission, utcnow
 from .store import UploadStore
 
@@ -21,9 +22,13 @@ INTERNAL = "评分程序内部错误（{kind}），这不是你的问题；请�
 
 
 def grade_submission(
-    factory: sessionmaker[Session], store: UploadStore, submission_id: int, grader: Grader
+    factory: sessionmaker[Session], store: UploadStore, submission_id: int, grader: Grader, job_id: int | None = None
 ) -> dict[str, Any]:
-    """Grade one stored submission and save its result (replacing an earlier one). Safe to repeat."""
+    """Grade one stored submission and save its result (replacing an earlier one). Safe to repeat.
+
+    With ``job_id``, that job ends as ``done`` in the result's own transaction: nobody ever sees a
+    graded submission whose job still runs, and a worker killed in between leaves nothing half-done.
+    """
     with factory() as session:
         sub = session.get(Submission, submission_id)
         if sub is None:
@@ -35,20 +40,28 @@ def grade_submission(
     except Exception as exc:  # noqa: BLE001 - a grader bug is reported, never lost
         result = failed_result(name, lesson, INTERNAL.format(kind=type(exc).__name__))
         result["course_faults"] = [f"submission {submission_id}: internal error {type(exc).__name__}: {exc}"]
-    save_result(factory, submission_id, result)
+    save_result(factory, submission_id, result, job_id)
     return result
 
 
-def give_up(factory: sessionmaker[Session], submission_id: int) -> None:
-    """Record that a submission cannot be graded because it keeps killing its worker."""
+def give_up(factory: sessionmaker[Session], submission_id: int, job_id: int | None = None) -> None:
+    """Record that a submission cannot be graded because it keeps killing its worker (and end its
+    job, if given, as ``failed``)."""
     with factory() as session:
         sub = session.get(Submission, submission_id)
         lesson = sub.lesson if sub else None
-    save_result(factory, submission_id, failed_result(f"{lesson}.ipynb", lesson, GAVE_UP))
+    save_result(factory, submission_id, failed_result(f"{lesson}.ipynb", lesson, GAVE_UP), job_id, "failed")
 
 
-def save_result(factory: sessionmaker[Session], submission_id: int, result: dict[str, Any]) -> None:
-    """Insert or replace the one result of a submission; the UNIQUE key settles a race between two runs."""
+def save_result(
+    factory: sessionmaker[Session],
+    submission_id: int,
+    result: dict[str, Any],
+    job_id: int | None = None,
+    job_state: str = "done",
+) -> None:
+    """Insert or replace the one result of a submission, and end ``job_id`` (if given) in the same
+    transaction; the UNIQUE key settles a race between two runs."""
     data = json.dumps(result, ensure_ascii=False, sort_keys=True)
     status = "graded" if result.get("graded") else "failed"
     for _ in range(2):
@@ -62,6 +75,8 @@ def save_result(factory: sessionmaker[Session], submission_id: int, result: dict
                 sub = session.get(Submission, submission_id)
                 if sub is not None:
                     sub.status = status
+                if job_id is not None:
+                    queue.finish_in(session, job_id, job_state)
             return
         except IntegrityError:
             continue  # another run inserted first; the second pass updates its row

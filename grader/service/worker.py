@@ -47,15 +47,13 @@ def step(
     if job is None:
         return False
     if job.attempts > queue.MAX_ATTEMPTS:
-        give_up(factory, job.submission_id)
-        queue.finish(factory, job.job_id, "failed")
+        give_up(factory, job.submission_id, job.job_id)
         return True
     if pause:
         time.sleep(pause)
     root = grader.course.root
     grader.course.releases = load_settings(root)[1]  # answers released (or hidden) since start count
-    grade_submission(factory, store, job.submission_id, grader)
-    queue.finish(factory, job.job_id)
+    grade_submission(factory, store, job.submission_id, grader, job.job_id)
     return True
 
 
