@@ -260,6 +260,8 @@ _REPORTED = re.compile(
     rf"(?:{_PEOPLE}|(?:(?<![\u4e00-\u9fff])|(?<=[听跟和问]))小[\u4e00-\u9fff](?=(?:跟我|和我|对我|也|还|就|一直)?{_SAYS}))"
     rf"[^,:;，：；。!?]{{0,6}}?{_SAYS}(?![得的](?:对|没错|有道理)|明|法|错)(?<![写讲](?=的))|"
     r"(?:直觉上|乍看|表面上|容易)(?:会)?(?:觉得|以为|认为)|会觉得|"
+    # A first reaction is a belief reported, until a contrast: 第一反应是 X，但…; 我的直觉是 X.
+    r"(?:我的|我)?(?:第一反应|第一感觉|第一直觉|第一印象|直觉)(?:上)?(?:是|会是|就是|告诉我|会(?:觉得|以为|认为))|"
     r"(?:一种|常见的?|典型的?)(?:误解|错误观点|错误说法|说法|看法)(?:是|认为)?|乍一看|乍看之下|表面上看|some people (?:think|say|believe)"
 )
 # "说 DP 能省显存的人，是把…" / "这种认为…的说法": a noun phrase that reports a belief, opening a clause.
@@ -289,6 +291,11 @@ _REFUTATION = re.compile(
     r"|我(?:觉得|认为)?(?:站不住|不同意|不认同|不赞同)|我(?:不能不|不得不|不可能不|必须|要)反对|站不住(?:脚)?|(?:可|并)不是这样|那可不是"
     r"|(?:(?<=[,:，：])|^)\s*没(?:有)?用(?:的|啊|呀)?\s*(?=[,:;。!?]|—|--|$)"
     r"|(?:那)?就(?:大错特错|错|不对)了(?=[,:;。!?]|—|--|$)"  # 说整个耗时跟 p 无关就错了
+    # A clause that is only a verdict refutes the clause before it: "X，其实不对" / "X——不对" / "X，这是错的";
+    # a verdict on timing judges a what-if's consequence ("等 X 再 Y，那就太晚了" / "…，为时已晚").
+    r"|(?:(?<=[,:，：—-]))\s*(?:(?:其实|实际上|事实上|但是|但|可)\s*)?(?:这|那)?(?:(?:是|就|也|都|并)\s*)?"
+    r"(?:不对|错了|错的|不正确|不成立|(?:太|有点|已经|就)?(?:晚了|来不及了)|为时(?:已|太)晚)(?:的|啊|呀)?"
+    r"\s*(?=[,:;。!?]|—|--|$)"
     rf"|{_MIXED_UP}"
     rf"|{_RETRACTED}"  # X——这是我一开始的想法: the student reports what they no longer hold
     r"|并非如此|其实不然|事实并非如此|that(?:[’']s| is) (?:wrong|a myth|not true|false)|is (?:just |simply |plain |flat )?wrong"
@@ -317,7 +324,15 @@ BRACKET_CHARS = 80
 _DASH = re.compile(r"—+|-{2,}")
 # English writes "DP does not cut memory but ZeRO does" without a comma: the space before "but" ends the
 # clause, so the second half is a claim of its own (its subject is not the first half's).
-_SEPARATOR = re.compile(rf"[,:，：]|{_DASH.pattern}|\s(?=but(?![a-z]))")
+# An arrow (→ ⇒ => ->) between words says "so": "TP 的 all-reduce 不用等 → 不在关键路径上" holds two claims,
+# and the 不 before it does not reach across. Between symbols, numbers or Latin names it names a step or a
+# change of value (896 → 448 MiB, m → ∞, forward → all-reduce) and stays inside the clause; so it ends a
+# clause only when Chinese stands on one side of it.
+_ARROW_SIGN = r"(?:→|⟶|⇒|=>|(?<!-)->)"
+_ARROW = rf"(?<=[\u3400-\u9fff])\s*{_ARROW_SIGN}|{_ARROW_SIGN}(?=\s*[\u3400-\u9fff])"
+_SEPARATOR = re.compile(rf"[,:，：]|{_DASH.pattern}|{_ARROW}|\s(?=but(?![a-z]))")
+_NO_ARROW_SEPARATOR = re.compile(rf"[,:，：]|{_DASH.pattern}|\s(?=but(?![a-z]))")  # the same, for text without an arrow
+_ARROW_CHARS = frozenset("→⟶⇒>")
 _FORMULA_BRACKET = re.compile(rf"[(\[{{][^()\[\]{{}}\u3400-\u9fff]{{1,{BRACKET_CHARS}}}[)\]}}]")
 
 
@@ -327,6 +342,13 @@ def _bracket_masked(text: str) -> str:
     if not any(c in text for c in "([{"):
         return text
     return _FORMULA_BRACKET.sub(lambda m: _SEPARATOR.sub(lambda d: "＿" * len(d.group()), m.group()), text)
+
+
+@functools.lru_cache(maxsize=1024)
+def _separator_for(text: str) -> re.Pattern[str]:
+    """The clause separators to search ``text`` with: the arrows' look-arounds cost a search twice as
+    much, and most sentences hold no arrow."""
+    return _SEPARATOR if not _ARROW_CHARS.isdisjoint(text) else _NO_ARROW_SEPARATOR
 
 
 def _in_formula_bracket(text: str, i: int) -> bool:
@@ -342,10 +364,10 @@ class _ClauseEnds:
     """
 
     def finditer(self, text: str, pos: int = 0, endpos: int = sys.maxsize) -> Iterator[re.Match[str]]:
-        return _SEPARATOR.finditer(_bracket_masked(text), pos, endpos)
+        return _separator_for(text).finditer(_bracket_masked(text), pos, endpos)
 
     def search(self, text: str, pos: int = 0) -> re.Match[str] | None:
-        return _SEPARATOR.search(_bracket_masked(text), pos)
+        return _separator_for(text).search(_bracket_masked(text), pos)
 
 
 _CLAUSE_END = _ClauseEnds()
@@ -752,16 +774,20 @@ def _filled(question: Sentence, reply: Sentence, next_text: str) -> Sentence | N
 # echo the verb (能 / 不能), which says the polarity outright. A short negated comparison (不完全一样,
 # 不多, 不大, 不高) denies the question's predicate; 不少 / 不小 are left out, they mean "many" / "large".
 # A dash may follow the reply (确实不用——…), as a comma may. A reply may say how far it goes
-# (不能完全藏 is still a no, 能完全藏住 a yes).
+# (不能完全藏 is still a no, 能完全藏住 a yes). A reply may open with how far it holds (本质上一样, 基本上
+# 不会), and a worry asked about may be dismissed (会不会拖慢？其实还好 / 问题不大): a no.
 _REPLY = re.compile(
-    r"^(?:答[:：]?\s*)?(?:(?:当然|肯定|显然|确实|其实|实际上|事实上|答案是)\s*(?:也)?\s*(?=[^\s,，。;；!?]))?"
+    r"^(?:答[:：]?\s*)?(?:(?:当然|肯定|显然|确实|其实|实际上|事实上|答案是|本质上|基本上|大体上|总体上)\s*(?:也)?\s*(?=[^\s,，。;；!?]))?"
     r"(?:(?P<agree>是的|对的|对啊|没错|对|嗯|当然|yes|right)|(?P<disagree>不对|错了|错|no|wrong))?"
     r"\s*[,:，：]?\s*(?:当然|肯定|确实|其实)?\s*(?:也)?\s*"
     r"(?:(?P<no>不能|不会|不是|不行|不可以|不需要|不用|没有用|没用|没有|未必|不一定|不见得|不一样"
-    r"|不(?:完全|太|怎么|全|很)?(?:一样|相同|相等|等|多|大|高)|不(?:完全|全|太)是|否|不)|(?P<yes>能|可以|会|是|行|需要|要|有|一样))?"
+    r"|不(?:完全|太|怎么|全|很)?(?:一样|相同|相等|等|多|大|高)|不(?:完全|全|太)是|否|还好|还行|问题不大|影响不大|不)"
+    r"|(?P<same>一样|相同|差不多|一回事)|(?P<yes>能|可以|会|是|行|需要|要|有))?"
     r"(?:(?<=能|会|用|行)(?:完全|全部|彻底|真正)[\u4e00-\u9fff]{1,3})?"
     r"\s*(?:的|啊|呀)?\s*(?=[,:;。!?，：；]|—|--|\.(?!\d)|$)"
 )
+# A question about a difference (有区别吗, 不一样吗) is answered "no" by a reply of sameness (本质上一样).
+_ASKS_DIFFERENCE = re.compile(r"区别|差别|差异|不同")
 _RHETORICAL = re.compile(r"难道|岂不|何尝|不就|不也|不是[^,:;，：；]*[吗么]")
 # "这不是…吗？" / "难道不是…吗？" / "岂不是…": the 不是 only makes the question rhetorical, and the
 # sentence asserts what it holds, as worded (层数按 pp 平分，激活也跟着平分，这不是很自然吗？). Its
@@ -792,6 +818,9 @@ def _answered(text: str, next_text: str) -> str | None:
     """
     reply = _REPLY.match(next_text)
     rhetorical = bool(_RHETORICAL.search(text))
+    if reply and reply.group("same"):
+        # "有区别吗？本质上一样。" says there is none; "一样吗？一样。" says yes.
+        return "negative" if _ASKS_DIFFERENCE.search(text) else "positive"
     if reply and (reply.group("no") or reply.group("yes")):
         return "negative" if reply.group("no") else "positive"
     if reply and (reply.group("agree") or reply.group("disagree")):
@@ -1076,6 +1105,8 @@ _POINTS_BACK = re.compile(
     r"[\s,:，：]*(?:但是|但|其实|而且|并且|所以|因此|which|that|this|and)?\s*"
     r"(?:(?:这|此|该)(?:种|个|一|样)?(?:说法|观点|理解|看法|想法)?(?:其实|根本|完全)?)?\s*"  # 这个说法站不住脚
 )
+# A clause that comments on the one before it (，但这是按 1 个 micro-batch 算的): a verdict after it judges both.
+_COMMENT = re.compile(r"\s*(?:但是|但|不过|可是|可)?\s*(?:这|那)(?:只|其实|也)?(?:是|就是)")
 _NAMES_A_CLAIM = re.compile(r"(?:说法|观点|看法|想法|理解|结论|印象)[\"'”’」』)]?\s*[,:，：]\s*$")
 MAX_REFUTED_CLAUSES = 4  # clauses one refutation may reach back over: bounds the walk
 
@@ -1096,6 +1127,11 @@ def _refuted_start(text: str, r: int, floor: int) -> int:
         return max(before if _NAMES_A_CLAIM.search(text, before, lo) else lo, floor)
     for _ in range(MAX_REFUTED_CLAUSES):
         lo = _clause_before(text, lo)[0]
+        if lo > 0 and _COMMENT.match(text, lo):
+            # "X，但这是按 1 个 micro-batch 算的，不对": the clause before the verdict comments on X, so the
+            # verdict reaches X too, past the 但 that opens the comment.
+            floor = min(floor, _clause_before(text, lo)[0])
+            continue
         if lo <= floor or not _CONTINUES.match(text, lo):
             break
     return max(lo, floor)
@@ -1294,6 +1330,8 @@ class Pattern:
     unless: list[re.Pattern[str]] = field(default_factory=list)  # vetoes only: cancel this pattern
     at_least: int = 0  # > 0: count distinct groups over the whole answer instead
     subject: re.Pattern[str] | None = None  # a claim: what the head (predicate) must be said of
+    # ids of the ``unless`` terms (the pattern's and its veto's) that may open a clause as a rival subject
+    rivals: frozenset[int] = frozenset()
 
 
 @dataclass
@@ -1339,6 +1377,7 @@ class Rubric:
     prose_exceptions: list[ProseException] = field(default_factory=list)
     terms: tuple[re.Pattern[str], ...] = ()  # every term the rubric knows: what a keyword list is made of
     subjects: tuple[re.Pattern[str], ...] = ()  # veto subjects and unless terms: who else a clause may be about
+    subject_ids: frozenset[int] = frozenset()  # ids of the veto subjects among them: rivals for every claim
     literals: Index = field(default_factory=lambda: Index(()))  # the prefilter (grader.literals)
 
     def vetoes_for(self, question: str) -> list[Veto]:
@@ -1746,8 +1785,16 @@ def _parse_rubric(text: str, display: str) -> Rubric:
                 keep,
             )
         )
+    for v in vetoes:
+        for p in v.patterns:
+            p.rivals = frozenset(id(rx) for rx in (*v.unless, *p.unless))
+    for kps in key_points.values():
+        for kp in kps:
+            for p in kp.patterns:
+                p.rivals = frozenset(id(rx) for rx in p.unless)
     exceptions = _prose_exceptions(data.get("prose_exceptions"), {v.id for v in vetoes}, ld)
     rubric = Rubric(display, key_points, vetoes, exceptions, _terms(ld, key_points, vetoes), _subjects(vetoes))
+    rubric.subject_ids = _subject_ids(vetoes)
     rubric.literals = Index(_expressions(rubric))
     return rubric
 
@@ -1774,6 +1821,15 @@ def _subjects(vetoes: list[Veto]) -> tuple[re.Pattern[str], ...]:
     found = {rx for v in vetoes for p in v.patterns for rx in (p.subject, *p.unless) if rx is not None}
     found |= set(v for veto in vetoes for v in veto.unless)
     return tuple(sorted(found, key=lambda rx: rx.pattern))
+
+
+def _subject_ids(vetoes: list[Veto]) -> frozenset[int]:
+    """The ids of the veto claims' subjects: names that compete for any claim, whatever its veto.
+
+    An ``unless`` term competes only for the claims of its own veto (see ``Pattern.rivals``): another
+    veto's escape word (kernel, in a veto about something else) opening a clause is no rival subject.
+    """
+    return frozenset(id(p.subject) for v in vetoes for p in v.patterns if p.subject is not None)
 
 
 def _terms(ld: _Loader, key_points: dict[str, list[KeyPoint]], vetoes: list[Veto]) -> tuple[re.Pattern[str], ...]:
@@ -1833,10 +1889,11 @@ class _Answer:
         self._located = rubric.literals.locate([folded(s.text) for s in sentences])  # term id → sentences
         self._live_terms: list[re.Pattern[str]] | None = None  # terms the answer may hold
         self._term_spans: dict[int, list[Span]] = {}
-        self._name_starts: dict[int, dict[int, list[int]]] = {}  # per sentence: where names start → their ends
+        self._name_starts: dict[int, dict[int, list[tuple[int, int]]]] = {}  # per sentence: name start → (end, term id)
         self._terms = rubric.terms
         self._grams = grams
         self.subjects = rubric.subjects
+        self._subject_ids = rubric.subject_ids
         self._barred: dict[int, str | None] = {}
         self._bare: dict[int, int | None] = {}
         self.skipped: set[str] = set()
@@ -1897,8 +1954,9 @@ class _Answer:
             ]
         return self._term_spans[i]
 
-    def names_at(self, i: int, pos: int, end: int) -> list[Span]:
-        """The matches in sentence i of the rubric's names (``subjects``) that start at ``pos`` and end by ``end``.
+    def names_at(self, i: int, pos: int, end: int, rivals: frozenset[int] | None = None) -> list[Span]:
+        """The matches in sentence i of the rubric's names (``subjects``) that start at ``pos`` and end by ``end``:
+        with ``rivals`` (the ids of the claim's own ``unless`` terms), only those and the veto subjects.
 
         Asked once per clause a claim might borrow its topic into; the names of a sentence are read
         once, since a rubric has a hundred or more of them.
@@ -1908,8 +1966,12 @@ class _Answer:
             starts = self._name_starts[i] = {}
             for rx in self.subjects:
                 for a, b in self.hits(i, rx):
-                    starts.setdefault(a, []).append(b)
-        return [(pos, b) for b in starts.get(pos, ()) if b <= end]
+                    starts.setdefault(a, []).append((b, id(rx)))
+        return [
+            (pos, b)
+            for b, rid in starts.get(pos, ())
+            if b <= end and (rivals is None or rid in rivals or rid in self._subject_ids)
+        ]
 
     def unit(self, i: int, pos: int) -> int:
         """Where the statement holding ``pos`` in sentence i starts: its clause, cut again at connectives
@@ -1924,6 +1986,26 @@ class _Answer:
                 if not any(a <= m.start() and m.end() <= b for a, b in inside):
                     lo = m.start()
         return lo
+
+    def item(self, i: int, unit: int, p: Pattern, head: int) -> int:
+        """Where the 、-item of the statement at ``unit`` that a key point's match names starts.
+
+        An enumeration (ZeRO-3 切分参数、梯度和优化器状态) states one fact per item, so each item is a
+        statement of its own when key points are given statements: two claims named in one 、-list earn
+        both. The item is the one holding the claim's first object (its first group), else the head's.
+        Only claims (a subject bound to a predicate) are split so: a head pattern's words in a 、-list
+        are as likely a bare list of terms (FSDP、ZeRO、省显存). Negation and clauses are untouched: a
+        cue before the list still covers every item.
+        """
+        text = self.sentences[i].text
+        end = _clause(text, head)[1]
+        if p.subject is None or "、" not in text[unit:end]:
+            return unit
+        anchor = head
+        if p.groups:
+            anchor = next((a for a, _ in self.hits(i, p.groups[0]) if unit <= a < end), head)
+        cut = text.rfind("、", unit, anchor)
+        return unit if cut < 0 else cut + 1
 
     def passes(self, i: int, lists_allowed: bool = False) -> bool:
         """May sentence i earn a key point? If not, remember why (for the student's note)."""
@@ -2047,6 +2129,8 @@ def _match(
                 if earlier:
                     lo = _clause(s.text, earlier[-1][0])[0]
         olo = _topic_start(s.text, lo) if p.subject is not None else lo
+        if p.subject is not None and _CLEFT.match(s.text, h1):
+            olo = max(olo, _clause(s.text, h0)[0])  # 切的是 token: the cleft names its own object
         if p.clause and not all(far or _within(spans, olo, hi) for spans, far in zip(groups, elsewhere)):
             continue
         if (
@@ -2070,6 +2154,11 @@ def _match(
             continue
         return _Hit((h0, h1), lo, hi, topic), None
     return None, why
+
+
+# A cleft after the predicate (切的是 token, 降低的其实是激活) names the predicate's object in its own clause:
+# it does not borrow an object from an earlier clause ("CP 不切权重，切的是 token" says nothing of 权重).
+_CLEFT = re.compile(r"\s*(?:了)?的(?:其实|只|仅仅|仅|主要|都|就|反而|恰恰)?(?:是|为)")
 
 
 # "对于 X，…" / "至于 X，…" names the topic of the clause that follows: the claim's subject or object may
@@ -2148,21 +2237,27 @@ def _names_own_subject(p: Pattern, answer: _Answer, i: int, lo: int, h0: int, ow
 
     Then it does not borrow the topic of an earlier clause (DP 的显存不变，ZeRO-3 把显存降到 1/N; … but
     ZeRO reduces memory, where the name stands right before the predicate). A name that is (part of)
-    the claim's own subject or object (``own``) is no competitor.
+    the claim's own subject or object (``own``) is no competitor. A single name competes only when it is a
+    veto's subject or an ``unless`` term of the claim's own veto: another veto's escape word (kernel 的…)
+    is no rival. Two names joined (ZeRO-1/2 和 FSDP) are a subject whichever vetoes list them.
     """
     text = answer.sentences[i].text
     at = _OPENER.match(text, lo, h0)
     pos = at.end() if at else lo
+    rivals = {b for _, b in answer.names_at(i, pos, h0, p.rivals)}
     names = answer.names_at(i, pos, h0)
     if (m := _TECHNIQUE.match(text, pos, h0)) and m.group().endswith("并行"):
         names.append(m.span())
-    names = [(a, _name_end(text, b, h0)) for a, b in names]
+        rivals.add(m.end())
     return any(
-        _TECHNIQUE.fullmatch(text, a, b)
-        and (_SUBJECT_MARKER.match(text, b, h0) or not text[b:h0].strip() or _pair(answer, i, b, h0))
-        and not any(x < b and a < y for x, y in own)
-        and not (p.subject and p.subject.fullmatch(text, a, b))
+        _TECHNIQUE.fullmatch(text, a, e)
+        and (
+            (b in rivals and (_SUBJECT_MARKER.match(text, e, h0) or not text[e:h0].strip())) or _pair(answer, i, e, h0)
+        )
+        and not any(x < e and a < y for x, y in own)
+        and not (p.subject and p.subject.fullmatch(text, a, e))
         for a, b in names
+        for e in (_name_end(text, b, h0),)
     )
 
 
@@ -2289,18 +2384,20 @@ def _candidates(
     """Every clause where the patterns match (a count over the whole answer has no clause), up to ``limit``,
     and why the nearest miss failed. A sentence where a veto fired, or that may not earn key points, is skipped."""
     out: list[tuple[_Clause | None, Evidence]] = []
+    units: list[_Clause] = []  # the statements matched so far: a key point takes one option per statement
     why: str | None = None
     for p in patterns:
         if p.at_least:
             ev, first = _count(p, answer, allowed)
             if ev:
                 out.append((first, ev))
+                units += [first] if first else []
             if len(out) >= limit:
                 return out, None
             continue
         for k in answer.sentences_for(p.head):
             s = answer.sentences[k]
-            taken: set[int] = {c for (i, c), _ in ((c, e) for c, e in out if c is not None) if i == s.index}
+            taken: set[int] = {c for i, c in units if i == s.index}
             while len(out) < limit:
                 hit, reason = _match(p, answer, s.index, allowed, frozenset(taken))
                 if reason and why is None:
@@ -2309,9 +2406,11 @@ def _candidates(
                     break
                 clause = answer.unit(s.index, hit.head[0])
                 taken.add(clause)
+                units.append((s.index, clause))
                 if answer.in_vetoed_claim(s.index, hit.head[0]):
                     continue  # a clause that states a misconception earns nothing
-                out.append(((s.index, clause), _evidence(s, *hit.head)))
+                item = answer.item(s.index, clause, p, hit.head[0])
+                out.append(((s.index, item), _evidence(s, *hit.head)))
             if len(out) >= limit:
                 return out, None
     return out, (None if out else why)
@@ -2451,6 +2550,21 @@ def _terse_english(text: str) -> bool:
     )
 
 
+# 越 X 越 Y written as one phrase relates two quantities, even when each half is a rubric term (SRAM 越大
+# 访问越少); halves split by 、 or a comma may be items of a list, as before.
+_PAIRED_YUE = re.compile(r"越[^越。!?;、,:，：]{1,20}?越")
+
+
+def _holds_negation(text: str, a: int, b: int) -> bool:
+    """Does the term matched at text[a:b] open with a negation of its own (不切权重, 没有人等)? Right after
+    another term, with only a space between, it denies something of that term (CP 不切权重): a
+    statement, not two items of a list. A cue inside a fixed phrase (放不下, 大差不差) or an A-not-A
+    (是不是) is not one."""
+    window = _mask(_A_NOT_A.sub(lambda m: "＿" * 3, _mask(text[a:b], _FALSE_CUES)), _FALSE_CUES)
+    m = _CUE_RE.match(window)
+    return bool(m and m.end() < len(window) and _negates(m, text, a))
+
+
 def _bare_terms(text: str, matches: list[Span]) -> int | None:
     """How many terms the sentence lists with nothing relating them; None if it reads as a statement.
 
@@ -2461,7 +2575,7 @@ def _bare_terms(text: str, matches: list[Span]) -> int | None:
     in the sentence (``MAX_HITS`` per term at most). A terse English statement (DP reduces memory)
     reads as one too: its verb may itself be one of the rubric's terms (see ``_terse_english``).
     """
-    if _RELATION.search(text) or _terse_english(text):
+    if _RELATION.search(text) or _terse_english(text) or _PAIRED_YUE.search(text):
         return None
     covered = bytearray(len(text))
     spans: list[Span] = []
@@ -2478,6 +2592,8 @@ def _bare_terms(text: str, matches: list[Span]) -> int | None:
             continue
         if a == end and not _separator(text[a - 1]) and not _separator(text[a]):
             return None  # two terms written as one phrase
+        if end >= 0 and not text[end:a].strip() and _holds_negation(text, a, b):
+            return None  # CP 不切权重: a term denied of the term before it, not two items
         end, kept = b, kept + 1
     return kept
 
@@ -2542,6 +2658,12 @@ _FRAME_OPEN = re.compile(
     r"\s*(?:但是|但|而|不过|可是|可)?\s*(?:如果|假如|假设|若|要是|倘若|只要|一旦|[^,:，：]{1,12}?的话|对于|至于|关于|说到|谈到"
     r"|(?:with|under|in|when|if|for|using|once)(?![a-z]))"
 )
+# A noun phrase set up as the topic, with no verb of its own after the demonstrative ("LAMB 这种按层的优化器，
+# 分片以后要额外通信"), frames the claim after it as 对于 X does; a verb, 有 or a degree adverb after the
+# demonstrative makes it a statement ("DP 这种做法会降低显存，", "ZeRO 这种方案很常见，").
+_NP_FRAME = re.compile(
+    r"\s*[^,:，：]{1,16}?(?:这种|这类|这样的|那种|那类|之类的?)[^,:，：是会能要把被就都也不没可需让使很太挺更最比有]{0,12}\s*[,:，：]\s*"
+)
 MAX_FRAMES = 3  # framing clauses one claim may reach back over: bounds the walk
 
 
@@ -2555,7 +2677,11 @@ def _frame_start(text: str, lo: int) -> int:
         if lo == 0:
             break
         start = _clause_before(text, lo)[0]
-        if not (_FRAME_END.search(text, start, lo) or _FRAME_OPEN.match(text, start, lo)):
+        if not (
+            _FRAME_END.search(text, start, lo)
+            or _FRAME_OPEN.match(text, start, lo)
+            or _NP_FRAME.fullmatch(text, start, lo)
+        ):
             break
         lo = start
     return lo

@@ -937,3 +937,227 @@ def test_the_evidence_of_a_named_answer_shows_the_question_and_the_reply(rubric:
     evidence = fired[0][1]
     assert evidence.sentence == "谁能降低每卡显存？当然是 DP。"
     assert evidence.sentence[evidence.start : evidence.end] == "降低"
+
+
+# --- round 10: arrows, enumerations, verdict clauses, clefts -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        # an arrow between words ends a clause: the 不 before it does not reach the claim after it
+        ("DP 不需要额外通信 → 每卡显存会降低。", True),
+        ("数据并行不切分任何东西 => 显存能降低。", True),
+        ("DP 并不降低每卡显存 → 所以才要用 ZeRO。", False),  # the negation is in the claim's own clause
+        # between numbers or symbols an arrow is a change of value inside one clause
+        ("DP 的每卡显存 16 -> 16 GB，降低不了。", False),
+    ],
+)
+def test_an_arrow_between_words_ends_a_clause(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+LIST_RUBRIC = """
+questions:
+  q1:
+    key_points:
+      - id: shards-params
+        points: 1
+        says: ZeRO-3 切分参数
+        hint: 参数放在哪里？
+        any:
+          - claim: {subject: ['zero-3'], predicate: ['切分', '切'], object: ['参数', '权重']}
+      - id: shards-grads
+        points: 1
+        says: ZeRO-3 切分梯度
+        hint: 梯度放在哪里？
+        any:
+          - claim: {subject: ['zero-3'], predicate: ['切分', '切'], object: ['梯度']}
+  q2:
+    key_points:
+      - {id: anything, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
+  q3:
+    key_points:
+      - {id: anything, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
+vetoes: []
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        # each item of a 、-list is a statement of its own: two claims in one list earn both
+        ("ZeRO-3 切分权重、梯度以及优化器状态。", {"shards-params", "shards-grads"}),
+        ("ZeRO-3 会把参数、梯度都切到各张卡上。", {"shards-params", "shards-grads"}),
+        # a negation before the list still covers every item
+        ("ZeRO-3 并不切分参数、梯度。", set()),
+    ],
+)
+def test_each_item_of_an_enumeration_is_a_statement(tmp_path: Path, text: str, found: set[str]) -> None:
+    path = tmp_path / "rubric.yml"
+    path.write_text(LIST_RUBRIC, encoding="utf-8")
+    assert key_points(load_rubric(path, "rubric.yml"), text) == found
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        # a clause that is only a verdict refutes the clause before it
+        ("DP 可以让每卡显存变少，其实不对。", False),
+        ("数据并行能降低每卡显存——不对，每张卡都存着完整的一份。", False),
+        ("DP 能降低每卡显存，这个不正确。", False),
+        ("DP 能降低每卡显存，不对称的是通信。", True),  # 不对称 is no verdict
+        # a verdict after a comment on the claim reaches the claim too
+        ("DP 会降低每卡显存，但这是只看激活算的，不对。", False),
+        # a verdict on timing judges a what-if
+        ("等 DP 把每卡显存降低了再去切分，那就来不及了。", False),
+        ("等数据并行降低每卡显存之后再扩容，为时已晚。", False),
+        # a first reaction is a belief reported, not the student's claim
+        ("我的第一反应是 DP 能降低每卡显存，可每张卡都存着完整副本。", False),
+        ("第一感觉是数据并行能把每卡显存降低。", False),
+    ],
+)
+def test_verdicts_and_first_reactions_withdraw_a_claim(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        # a cleft (降低的是 X) names its own object and does not borrow the earlier one
+        ("DP 不会降低每卡显存，降低的是每张卡分到的样本数。", False),
+        ("DP 并不能减少每卡显存，减少的其实是单卡的 batch。", False),
+        ("DP 不会降低通信量，降低的是每卡显存。", True),  # the cleft's own object is the memory
+        ("DP 不会降低通信量，但能降低每卡显存。", True),  # no cleft: the predicate still takes its object
+    ],
+)
+def test_a_cleft_names_its_own_object(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+REPLY_RUBRIC = (
+    PLACEHOLDER_QUESTIONS
+    + r"""vetoes:
+  - id: no-difference
+    says: 认为 GPU 利用率和 MFU 没有区别
+    explain: 利用率只看有没有 kernel 在跑。
+    any:
+      - claim: {subject: ['利用率'], predicate: ['区别', '差别'], object: ['mfu'], polarity: negative}
+  - id: cross-node-free
+    says: 认为 TP 跨节点也不会变慢
+    explain: 跨节点带宽低一个数量级。
+    any:
+      - claim: {subject: ['跨节点', '跨机'], predicate: ['拖慢', '变慢'], polarity: negative}
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "fired"),
+    [
+        # a sameness reply to a question about a difference says there is none
+        ("利用率和 MFU 有区别吗？本质上一样。", {"no-difference"}),
+        ("利用率和 MFU 有区别吗？基本上相同，只是叫法不同。", {"no-difference"}),
+        ("利用率和 MFU 有区别吗？有，差得很远。", set()),
+        # a worry dismissed (其实还好 / 问题不大) is a no
+        ("跨机会不会拖慢 TP？其实还好。", {"cross-node-free"}),
+        ("跨节点会让 TP 变慢吗？问题不大，能重叠掉。", {"cross-node-free"}),
+        ("跨节点会不会拖慢 TP？会，而且很明显。", set()),
+    ],
+)
+def test_replies_that_dismiss_or_equate_answer_the_question(tmp_path: Path, text: str, fired: set[str]) -> None:
+    assert vetoes_of(tmp_path, REPLY_RUBRIC, text) == fired
+
+
+RIVAL_RUBRIC = (
+    PLACEHOLDER_QUESTIONS
+    + r"""vetoes:
+  - id: dp-cuts
+    says: 认为纯 DP 会降低每卡显存
+    explain: 每张卡都存完整的一份。
+    any:
+      - claim: {subject: ['dp', '数据并行'], predicate: ['降低', '减少'], object: ['显存']}
+    unless: ['zero']
+  - id: kernel-fusion
+    says: 认为算子融合会减少通信
+    explain: 融合只减少访存。
+    any:
+      - claim: {subject: ['fusion', '融合'], predicate: ['减少'], object: ['通信']}
+    unless: ['kernel']
+"""
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "fired"),
+    [
+        # another veto's escape word opening a clause is no rival subject: the topic still binds
+        ("DP 的话，kernel 的显存占用会降低。", {"dp-cuts"}),
+        ("数据并行的话，kernel 之外的显存也会减少。", {"dp-cuts"}),
+        # the claim's own escape word, or another veto's subject, still opens a clause of its own
+        ("DP 的话，ZeRO 的显存会降低。", set()),
+        ("DP 的话，fusion 的显存会降低。", set()),
+    ],
+)
+def test_only_the_claims_own_escapes_and_subjects_compete(tmp_path: Path, text: str, fired: set[str]) -> None:
+    assert vetoes_of(tmp_path, RIVAL_RUBRIC, text) == fired
+
+
+STATEMENT_RUBRIC = r"""
+questions:
+  q1:
+    key_points:
+      - id: cp-keeps-weights
+        points: 1
+        says: CP 不切权重
+        hint: CP 切的是什么？
+        any:
+          - head: ['不切权重', '不切分权重']
+            with: ['cp']
+      - id: bubble-shrinks
+        points: 1
+        says: m 越大气泡越小
+        hint: m 和气泡是什么关系？
+        any:
+          - head: ['气泡(比例)?越小']
+            with: ['m ?越大']
+  q2:
+    key_points:
+      - {id: anything, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
+  q3:
+    key_points:
+      - {id: anything, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
+vetoes: []
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        # a term that opens with its own negation states something: no keyword list
+        ("CP 不切分权重", {"cp-keeps-weights"}),
+        # a 越…越 pair relates its two halves, even when each half is a term
+        ("m 越大 气泡比例越小", {"bubble-shrinks"}),
+        # terms strung without a negation or a pair still make a list
+        ("CP、不切权重、m 越大、气泡越小", set()),
+        ("CP、不切权重", set()),
+    ],
+)
+def test_negated_terms_and_yue_pairs_are_statements(tmp_path: Path, text: str, found: set[str]) -> None:
+    path = tmp_path / "rubric.yml"
+    path.write_text(STATEMENT_RUBRIC, encoding="utf-8")
+    assert key_points(load_rubric(path, "rubric.yml"), text) == found
+
+
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        # a noun phrase set up as the topic frames the claim after it: its unless term counts
+        ("ZeRO 这类切分模型状态的方案，DP 的每卡显存会降低。", False),
+        ("ZeRO 那种做法，数据并行的每卡显存能减少。", False),
+        # a clause with a verb after the demonstrative states something of its own: no frame
+        ("ZeRO 这种方案很常见，DP 的每卡显存会降低。", True),
+    ],
+)
+def test_a_noun_phrase_topic_frames_the_claim(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
