@@ -2409,6 +2409,8 @@ def _candidates(
                 units.append((s.index, clause))
                 if answer.in_vetoed_claim(s.index, hit.head[0]):
                     continue  # a clause that states a misconception earns nothing
+                if p.unless and _unless(p.unless, p, answer, s.index, hit):
+                    continue  # it is said of something else, as a veto's `unless` reads it
                 item = answer.item(s.index, clause, p, hit.head[0])
                 out.append(((s.index, item), _evidence(s, *hit.head)))
             if len(out) >= limit:
@@ -2598,15 +2600,16 @@ def _bare_terms(text: str, matches: list[Span]) -> int | None:
     return kept
 
 
-def _unless(veto: Veto, p: Pattern, answer: _Answer, i: int, hit: _Hit) -> Span | None:
-    """The first 'unless' term inside the clauses of the matched claim: it says the sentence is about
-    something else (a neighbouring technique, another quantity). Elsewhere in the sentence it does not count."""
+def _unless(terms: list[re.Pattern[str]], p: Pattern, answer: _Answer, i: int, hit: _Hit) -> Span | None:
+    """The first of ``terms`` (a veto's and its pattern's, or a key point pattern's 'unless') inside the
+    clauses of the matched claim: it says the sentence is about something else (a neighbouring
+    technique, another quantity). Elsewhere in the sentence it does not count."""
     s = answer.sentences[i]
     own = _status_at(s, hit.head[0])
     lo, hi = _head_scope(p, answer, i, hit) if p.subject is None and not p.clause else (hit.lo, hit.hi)
     lo = _frame_start(s.text, lo)
     subject = _nearest_before(answer.hits(i, p.subject), hit.head[0]) if p.subject is not None else None
-    for u in veto.unless + p.unless:
+    for u in terms:
         for a, b in answer.hits(i, u):
             # A term inside someone else's reported words says nothing about the student's own claim;
             # one in a condition before the claim (如果用了 ZeRO，…) sets the scope of its consequent.
@@ -2774,7 +2777,7 @@ def _suppressed(veto: Veto, p: Pattern, answer: _Answer, i: int, hit: _Hit) -> s
     """Why a matched claim fires no veto: an 'unless' term in its clauses, or a status other than
     asserted (a question, a report, a refutation, a condition). None when it fires."""
     s = answer.sentences[i]
-    unless = _unless(veto, p, answer, i, hit)
+    unless = _unless(veto.unless + p.unless, p, answer, i, hit)
     if unless is not None:
         return f"unless: {s.text[unless[0] : unless[1]]}"
     status = _status_at(s, hit.head[0])

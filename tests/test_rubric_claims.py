@@ -1161,3 +1161,45 @@ def test_negated_terms_and_yue_pairs_are_statements(tmp_path: Path, text: str, f
 )
 def test_a_noun_phrase_topic_frames_the_claim(rubric: Rubric, text: str, fires: bool) -> None:
     assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
+ESCAPED_KEY_POINT_RUBRIC = r"""
+questions:
+  q1:
+    key_points:
+      - id: zero12-like-dp
+        points: 2
+        says: ZeRO-1/2 的通信量与 DP 相同
+        hint: ZeRO-1/2 比 DP 多传了什么吗？
+        any:
+          - claim:
+              subject: ['zero-?[12]']
+              predicate: ['一样', '相同']
+              object: ['dp']
+            unless: ['zero-?3']
+  q2:
+    key_points:
+      - {id: anything, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
+  q3:
+    key_points:
+      - {id: anything, points: 2, says: 占位要点, hint: 想一想。, any: [{head: ['要点']}]}
+vetoes: []
+"""
+
+
+@pytest.mark.parametrize(
+    ("text", "found"),
+    [
+        ("ZeRO-2 的通信量和 DP 一样。", {"zero12-like-dp"}),
+        # a key point's own `unless` term in the claim's clauses says it is about something else
+        ("ZeRO-2 和 ZeRO-3 的通信量都跟 DP 一样。", set()),
+        ("ZeRO-2 的通信量跟开了 ZeRO-3 的 DP 一样。", set()),
+        # outside the claim's clauses it does not count
+        ("ZeRO-2 的通信量跟 DP 一样，而 ZeRO-3 多一半。", {"zero12-like-dp"}),
+        ("ZeRO-2 的通信量和 DP 一样。ZeRO-3 多一次 all-gather。", {"zero12-like-dp"}),
+    ],
+)
+def test_a_key_points_own_unless_term_withholds_it(tmp_path: Path, text: str, found: set[str]) -> None:
+    path = tmp_path / "rubric.yml"
+    path.write_text(ESCAPED_KEY_POINT_RUBRIC, encoding="utf-8")
+    assert key_points(load_rubric(path, "rubric.yml"), text) == found
