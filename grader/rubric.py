@@ -322,6 +322,9 @@ _SENTENCE_END = re.compile(rf"(?:[。?;\n]|!(?!=))+|\.{_ABBREVIATION}(?=\s|$)") 
 # clauses. A bracketed Chinese aside (比如 TP，通信多) may hold clauses of its own, so its commas cut.
 BRACKET_CHARS = 80
 _DASH = re.compile(r"—+|-{2,}")
+# An ellipsis (……, normalised to dots, or a typed ...) trails off one thought before the next: "ring 要
+# 5 秒多……我算出来还是树快" holds two clauses.
+_ELLIPSIS = r"\.{3,}"
 # English writes "DP does not cut memory but ZeRO does" without a comma: the space before "but" ends the
 # clause, so the second half is a claim of its own (its subject is not the first half's).
 # An arrow (→ ⇒ => ->) between words says "so": "TP 的 all-reduce 不用等 → 不在关键路径上" holds two claims,
@@ -330,8 +333,9 @@ _DASH = re.compile(r"—+|-{2,}")
 # clause only when Chinese stands on one side of it.
 _ARROW_SIGN = r"(?:→|⟶|⇒|=>|(?<!-)->)"
 _ARROW = rf"(?<=[\u3400-\u9fff])\s*{_ARROW_SIGN}|{_ARROW_SIGN}(?=\s*[\u3400-\u9fff])"
-_SEPARATOR = re.compile(rf"[,:，：]|{_DASH.pattern}|{_ARROW}|\s(?=but(?![a-z]))")
-_NO_ARROW_SEPARATOR = re.compile(rf"[,:，：]|{_DASH.pattern}|\s(?=but(?![a-z]))")  # the same, for text without an arrow
+_SEPARATOR = re.compile(rf"[,:，：]|{_DASH.pattern}|{_ELLIPSIS}|{_ARROW}|\s(?=but(?![a-z]))")
+# The same, for text without an arrow.
+_NO_ARROW_SEPARATOR = re.compile(rf"[,:，：]|{_DASH.pattern}|{_ELLIPSIS}|\s(?=but(?![a-z]))")
 _ARROW_CHARS = frozenset("→⟶⇒>")
 _FORMULA_BRACKET = re.compile(rf"[(\[{{][^()\[\]{{}}\u3400-\u9fff]{{1,{BRACKET_CHARS}}}[)\]}}]")
 

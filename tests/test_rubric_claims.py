@@ -957,6 +957,19 @@ def test_an_arrow_between_words_ends_a_clause(rubric: Rubric, text: str, fires: 
     assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
 
 
+@pytest.mark.parametrize(
+    ("text", "fires"),
+    [
+        # an ellipsis trails off one thought before the next: the 不 before it does not reach past it
+        ("DP 不需要额外通信……每卡显存会降低。", True),
+        ("数据并行不切分任何东西...显存能降低。", True),
+        ("DP 并不降低每卡显存……所以才要用 ZeRO。", False),  # the negation is in the claim's own clause
+    ],
+)
+def test_an_ellipsis_ends_a_clause(rubric: Rubric, text: str, fires: bool) -> None:
+    assert ("dp-cuts-memory" in vetoes(rubric, text)) is fires
+
+
 LIST_RUBRIC = """
 questions:
   q1:
