@@ -108,6 +108,13 @@ def key_points(rubric: Rubric, text: str) -> set[str]:
     return {k.id for k, _ in score_answer(rubric, "q1", text).found}
 
 
+def key_points_of(tmp_path: Path, rubric_text: str, text: str) -> set[str]:
+    """The key points that a small rubric written to ``tmp_path`` finds in ``text`` (question q1)."""
+    path = tmp_path / "rubric.yml"
+    path.write_text(rubric_text, encoding="utf-8")
+    return key_points(load_rubric(path, "rubric.yml"), text)
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -1007,9 +1014,7 @@ vetoes: []
     ],
 )
 def test_each_item_of_an_enumeration_is_a_statement(tmp_path: Path, text: str, found: set[str]) -> None:
-    path = tmp_path / "rubric.yml"
-    path.write_text(LIST_RUBRIC, encoding="utf-8")
-    assert key_points(load_rubric(path, "rubric.yml"), text) == found
+    assert key_points_of(tmp_path, LIST_RUBRIC, text) == found
 
 
 @pytest.mark.parametrize(
@@ -1157,9 +1162,7 @@ vetoes: []
     ],
 )
 def test_negated_terms_and_yue_pairs_are_statements(tmp_path: Path, text: str, found: set[str]) -> None:
-    path = tmp_path / "rubric.yml"
-    path.write_text(STATEMENT_RUBRIC, encoding="utf-8")
-    assert key_points(load_rubric(path, "rubric.yml"), text) == found
+    assert key_points_of(tmp_path, STATEMENT_RUBRIC, text) == found
 
 
 @pytest.mark.parametrize(
@@ -1213,6 +1216,4 @@ vetoes: []
     ],
 )
 def test_a_key_points_own_unless_term_withholds_it(tmp_path: Path, text: str, found: set[str]) -> None:
-    path = tmp_path / "rubric.yml"
-    path.write_text(ESCAPED_KEY_POINT_RUBRIC, encoding="utf-8")
-    assert key_points(load_rubric(path, "rubric.yml"), text) == found
+    assert key_points_of(tmp_path, ESCAPED_KEY_POINT_RUBRIC, text) == found
